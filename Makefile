@@ -1,0 +1,79 @@
+# Two commands on a fresh machine: `make book` builds the HTML book, `make test` runs every test.
+# Both create .venv when it is missing; re-running them when everything is in place takes seconds.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ASSETS_STAMP := _offline/.stamp
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_PROGRESS_BARS := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: help venv assets book test lab serve execute model bench clean
+
+help:
+	@echo "make book     build the HTML book into _build/html"
+	@echo "make test     run the whole suite (library, notebooks via nbval, book build, browser)"
+	@echo "make lab      JupyterLab on exercises/ with the course's environment"
+	@echo "make serve    serve the built book on http://127.0.0.1:8000"
+	@echo "make execute  re-execute the notebooks whose notebook or library changed"
+	@echo "make model    retrain the shipped tiny-zh model"
+	@echo "make bench    run the benchmarks (tables + JSON in benchmarks/results/)"
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@# JupyterLab: no news popup for students.
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@printf '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}\n' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	@touch $@
+
+venv: $(STAMP)
+
+$(ASSETS_STAMP): scripts/fetch_offline_assets.sh | $(STAMP)
+	bash scripts/fetch_offline_assets.sh
+
+assets: $(ASSETS_STAMP)
+
+book: venv assets
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo "Book built: open file://$(CURDIR)/_build/html/index.html (or run: make serve)"
+
+test: venv assets
+	$(BIN)/pytest --nbval --nbval-sanitize-with tests/sanitize.cfg
+
+lab: venv
+	$(BIN)/jupyter lab $(ROOT_FLAG) --notebook-dir=exercises
+
+serve: book
+	@echo "Serving the book on http://127.0.0.1:8000 (Ctrl-C to stop)"
+	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _build/html 8000
+
+# Notebooks are committed executed; nbval proves the stored outputs. This target re-executes a notebook
+# when it or anything in the library (code or shipped model) is newer than its last execution.
+LIB_SOURCES := $(shell find lib/decodelab -type f \( -name '*.py' -o -path '*assets*' \) 2>/dev/null)
+NOTEBOOKS := $(wildcard chapters/*.ipynb exercises/*.ipynb exercises/solutions/*.ipynb)
+EXEC_STAMPS := $(patsubst %.ipynb,_build/.executed/%.stamp,$(NOTEBOOKS))
+
+_build/.executed/%.stamp: %.ipynb $(LIB_SOURCES) | $(STAMP)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.timeout=300 --ExecutePreprocessor.kernel_name=python3 $<
+	@mkdir -p $(dir $@) && touch $@
+
+execute: $(EXEC_STAMPS)
+
+model: venv
+	$(BIN)/python -m decodelab.train
+
+bench: venv
+	$(BIN)/python benchmarks/sampling.py
+	$(BIN)/python benchmarks/serving.py
+
+clean:
+	rm -rf _build .pytest_cache .jupyter_cache
