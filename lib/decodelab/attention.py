@@ -1,0 +1,68 @@
+"""Paged attention: write K/V into pool slots, then attend by gathering each sequence's blocks.
+
+The torch reference below is what chapter 7 reads: gather the blocks a sequence's block table names into one
+contiguous [keys, kv_heads, head_dim] run, then do ordinary causal scaled dot-product attention with
+grouped-query heads. It runs on CPU and CUDA.
+
+Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+             key: torch.Tensor, value: torch.Tensor) -> None:
+    """Store key/value [T, kv_heads, head_dim] of T new tokens at their slots (block_id × block_size + offset).
+
+    key_cache, value_cache: [num_blocks, block_size, kv_heads, head_dim]; slot_mapping: [T] long.
+    """
+    if key.shape != value.shape or key.dim() != 3 or key.shape[1:] != key_cache.shape[2:]:
+        raise ValueError(f"key and value must have shape [T, {key_cache.shape[2]}, {key_cache.shape[3]}], "
+                         f"got {tuple(key.shape)} and {tuple(value.shape)}")
+    if slot_mapping.shape != (key.shape[0],):
+        raise ValueError(f"slot_mapping must have shape [{key.shape[0]}], got {tuple(slot_mapping.shape)}")
+    num_kv_heads, head_dim = key_cache.shape[2:]
+    key_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key)      # [slots, kv_heads, head_dim]
+    value_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
+
+
+def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                    block_tables: torch.Tensor, context_lens: torch.Tensor, query_positions: torch.Tensor,
+                    scale: float | None = None) -> torch.Tensor:
+    """Causal grouped-query attention of padded queries over K/V reached through block tables.
+
+    query:           [B, Q, heads, head_dim]  (Q = longest query run in the batch; shorter runs are padded)
+    key/value_cache: [num_blocks, block_size, kv_heads, head_dim]
+    block_tables:    [B, max_blocks] long, padded with any valid block id
+    context_lens:    [B] long, keys each sequence has written (its past plus this step's tokens)
+    query_positions: [B, Q] long, absolute position of each query; a query sees keys 0..position
+    returns          [B, Q, heads, head_dim]; rows of padded queries hold garbage and must be dropped
+
+    Example (decode, one new token per sequence): Q = 1 and query_positions = context_lens - 1.
+    Taught in: chapters/07-paged-attention.ipynb
+    """
+    if query.dim() != 4 or key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
+        raise ValueError(f"query must be [B, Q, H, D] and the caches equal [num_blocks, block_size, KVH, D], got "
+                         f"{tuple(query.shape)}, {tuple(key_cache.shape)}, {tuple(value_cache.shape)}")
+    batch, num_queries, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    if num_heads % num_kv_heads != 0 or head_dim != key_cache.shape[3]:
+        raise ValueError(f"heads ({num_heads}) must be a multiple of kv_heads ({num_kv_heads}) and head_dim "
+                         f"must match the cache ({key_cache.shape[3]}), got {head_dim}")
+    if block_tables.shape[0] != batch or context_lens.shape != (batch,) or query_positions.shape != (batch, num_queries):
+        raise ValueError(f"block_tables [B={batch}, max_blocks], context_lens [{batch}] and query_positions "
+                         f"[{batch}, {num_queries}] expected, got {tuple(block_tables.shape)}, "
+                         f"{tuple(context_lens.shape)}, {tuple(query_positions.shape)}")
+    keys = key_cache[block_tables].reshape(batch, -1, num_kv_heads, head_dim)      # [B, K, KVH, D]
+    values = value_cache[block_tables].reshape(batch, -1, num_kv_heads, head_dim)  # [B, K, KVH, D]
+    group = num_heads // num_kv_heads
+    keys = keys.repeat_interleave(group, dim=2)                                    # [B, K, H, D]
+    values = values.repeat_interleave(group, dim=2)
+    key_positions = torch.arange(keys.shape[1], device=query.device)               # [K]
+    visible = (key_positions[None, None, :] <= query_positions[:, :, None]) \
+        & (key_positions[None, None, :] < context_lens[:, None, None])            # [B, Q, K]
+    out = F.scaled_dot_product_attention(query.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=visible[:, None], scale=scale)  # [B, H, Q, D]
+    return out.transpose(1, 2)

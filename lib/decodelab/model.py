@@ -1,0 +1,160 @@
+"""A minimal Llama-family forward (RMSNorm, RoPE, grouped-query attention, SwiGLU) over the paged KV cache.
+
+It borrows the weights of a transformers `LlamaForCausalLM` or `Qwen2ForCausalLM` (Qwen2 adds q/k/v biases)
+without copying them, and runs any mix of prefill and decode tokens in one call: the tokens of all sequences
+are laid out flat ([T]), each with its position and its slot in the pool.
+
+Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from decodelab.attention import paged_attention, write_kv
+from decodelab.kv_cache import model_kv_shape
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Where this step's T flat tokens of B sequences go. Build it with `StepBatch.build`."""
+    input_ids: torch.Tensor        # [T] long
+    positions: torch.Tensor        # [T] long, position of each token in its sequence
+    slot_mapping: torch.Tensor     # [T] long, slot = block_id × block_size + offset
+    query_index: torch.Tensor      # [B, Q] long, flat index of each sequence's q-th new token (0 for padding)
+    query_valid: torch.Tensor      # [B, Q] bool, False for padding
+    query_positions: torch.Tensor  # [B, Q] long
+    block_tables: torch.Tensor     # [B, max_blocks] long, padded with 0
+    context_lens: torch.Tensor     # [B] long
+    last_index: torch.Tensor       # [B] long, flat index of each sequence's last token (its logits are sampled)
+
+    @staticmethod
+    def build(runs: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
+              device: torch.device | str = "cpu") -> StepBatch:
+        """runs: one (new_token_ids, start_position, slots_of_new_tokens, block_ids) per sequence."""
+        if not runs:
+            raise ValueError("runs must name at least one sequence, got an empty list")
+        num_queries = max(len(tokens) for tokens, *_ in runs)
+        max_blocks = max(len(blocks) for *_, blocks in runs)
+        input_ids, positions, slots, last = [], [], [], []
+        query_index, query_valid, query_positions, tables, context_lens = [], [], [], [], []
+        for tokens, start, token_slots, blocks in runs:
+            if not tokens or len(token_slots) != len(tokens):
+                raise ValueError(f"each run needs >= 1 token and one slot per token, got {len(tokens)} tokens "
+                                 f"and {len(token_slots)} slots")
+            first = len(input_ids)
+            pad = num_queries - len(tokens)
+            input_ids += tokens
+            positions += range(start, start + len(tokens))
+            slots += token_slots
+            last.append(len(input_ids) - 1)
+            query_index.append(list(range(first, first + len(tokens))) + [0] * pad)
+            query_valid.append([True] * len(tokens) + [False] * pad)
+            query_positions.append(list(range(start, start + len(tokens))) + [0] * pad)
+            tables.append(list(blocks) + [0] * (max_blocks - len(blocks)))
+            context_lens.append(start + len(tokens))
+
+        def as_tensor(values: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return StepBatch(as_tensor(input_ids), as_tensor(positions), as_tensor(slots), as_tensor(query_index),
+                         as_tensor(query_valid, torch.bool), as_tensor(query_positions), as_tensor(tables),
+                         as_tensor(context_lens), as_tensor(last))
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _linear(x: torch.Tensor, layer) -> torch.Tensor:
+    return F.linear(x, layer.weight, layer.bias)
+
+
+class PagedLlama:
+    """Llama/Qwen2 forward over a paged KV cache, sharing the weights of a transformers model.
+
+    Example:
+        runner = PagedLlama(hf_model)
+        kv = runner.allocate_kv_cache(num_blocks=64, block_size=16)  # [layers, 2, 64, 16, kv_heads, head_dim]
+        logits = runner.forward(StepBatch.build([(prompt_ids, 0, slots, block_ids)]), kv)  # [1, V]
+    Taught in: chapters/07-paged-attention.ipynb
+    """
+
+    def __init__(self, hf_model) -> None:
+        config = getattr(hf_model, "config", None)
+        if config is None or not hasattr(hf_model, "model") or not hasattr(hf_model.model, "layers"):
+            raise TypeError(f"hf_model must be a transformers LlamaForCausalLM-like model, got {type(hf_model).__name__}")
+        if getattr(config, "model_type", "") not in ("llama", "qwen2", "mistral"):
+            raise ValueError(f"hf_model's model_type must be llama, qwen2 or mistral, got {config.model_type!r}")
+        self.config = config
+        self.num_layers, self.num_kv_heads, self.head_dim = model_kv_shape(config)
+        self.num_heads = config.num_attention_heads
+        self.eps = config.rms_norm_eps
+        self.max_model_len = config.max_position_embeddings
+        self.vocab_size = config.vocab_size
+        self.embed = hf_model.model.embed_tokens.weight      # [V, hidden]
+        self.layers = hf_model.model.layers
+        self.final_norm = hf_model.model.norm.weight         # [hidden]
+        self.lm_head = hf_model.get_output_embeddings()
+        self.device = self.embed.device
+        self.dtype = self.embed.dtype
+        self.inv_freq, self.rope_scale = self._rope_frequencies(hf_model)
+
+    def _rope_frequencies(self, hf_model) -> tuple[torch.Tensor, float]:
+        rope = getattr(self.config, "rope_parameters", None) or {}
+        rope_type = rope.get("rope_type", "default")
+        if rope_type == "default":
+            theta = rope.get("rope_theta", getattr(self.config, "rope_theta", 10000.0))
+            exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=self.device) / self.head_dim
+            return 1.0 / (theta ** exponents), 1.0  # [head_dim / 2]
+        # Scaled variants (Llama-3 "llama3", "yarn", ...) reuse the frequencies transformers computed.
+        rotary = hf_model.model.rotary_emb
+        return rotary.inv_freq.float(), float(rotary.attention_scaling)
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
+        """Zeros of shape [num_layers, 2 (K, V), num_blocks, block_size, kv_heads, head_dim]."""
+        return torch.zeros(self.num_layers, 2, num_blocks, block_size, self.num_kv_heads, self.head_dim,
+                           dtype=self.dtype, device=self.device)
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+        """Run the step's tokens, writing their K/V; return float32 logits of each sequence's last token [B, V]
+        (or of every token [T, V] when `all_logits`)."""
+        freqs = batch.positions[:, None].float() * self.inv_freq[None, :]        # [T, head_dim / 2]
+        angles = torch.cat((freqs, freqs), dim=-1)                                 # [T, head_dim]
+        cos = (angles.cos() * self.rope_scale).to(self.dtype)[:, None, :]          # [T, 1, head_dim]
+        sin = (angles.sin() * self.rope_scale).to(self.dtype)[:, None, :]
+        hidden = F.embedding(batch.input_ids, self.embed)                          # [T, hidden]
+        num_tokens = hidden.shape[0]
+        for index, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            x = _rms_norm(hidden, layer.input_layernorm.weight, self.eps)
+            q = _linear(x, attn.q_proj).view(num_tokens, self.num_heads, self.head_dim)     # [T, H, D]
+            k = _linear(x, attn.k_proj).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
+            v = _linear(x, attn.v_proj).view(num_tokens, self.num_kv_heads, self.head_dim)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            key_cache, value_cache = kv_cache[index, 0], kv_cache[index, 1]        # [num_blocks, block_size, KVH, D]
+            write_kv(key_cache, value_cache, batch.slot_mapping, k, v)
+            out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
+                                  batch.context_lens, batch.query_positions)       # [B, Q, H, D]
+            out = out[batch.query_valid].reshape(num_tokens, self.num_heads * self.head_dim)  # [T, H * D]
+            hidden = hidden + _linear(out, attn.o_proj)
+            x = _rms_norm(hidden, layer.post_attention_layernorm.weight, self.eps)
+            mlp = layer.mlp
+            hidden = hidden + _linear(F.silu(_linear(x, mlp.gate_proj)) * _linear(x, mlp.up_proj), mlp.down_proj)
+        if not all_logits:
+            hidden = hidden[batch.last_index]                                      # [B, hidden]
+        hidden = _rms_norm(hidden, self.final_norm, self.eps)
+        return self.lm_head(hidden).float()                                        # [B, V] or [T, V]
