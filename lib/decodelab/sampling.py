@@ -1,0 +1,292 @@
+"""Per-request sampling parameters, logits processing and batched sampling.
+
+One batch, one `SamplingParams` per row, as a serving engine (vLLM) does it: greedy and random requests share a batch,
+every row has its own temperature, top-k, top-p, min-p, typical-p, penalties and seed, and the maths is vectorised over
+rows. The order of processing is transformers': penalties, temperature, top-k, top-p, min-p, typical.
+
+    >>> logits = torch.randn(2, 100)
+    >>> params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, top_p=0.9, seed=1)]
+    >>> tokens = sample(logits, params)          # LongTensor [2]
+
+Taught in: chapters/02-temperature.md, chapters/03-strategies.md
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decodelab.truncation import METHODS, NEG_INF, Block, min_p_filter, top_k_top_p, typical_filter
+
+MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
+MAX_ABS_PENALTY = 2.0  # frequency / presence penalties, as OpenAI and vLLM allow
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request chooses its tokens. `temperature=0` means greedy; `top_k=0`, `top_p=1`, `min_p=0`,
+    `typical_p=1` and penalties of 1 / 0 switch those off. `n` is for engines (sample() draws one token per row).
+
+    Taught in: chapters/03-strategies.md
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+    n: int = 1
+    max_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("temperature", lambda v: v == 0 or MIN_TEMPERATURE <= v < math.inf,
+             f"0 (greedy) or a finite number >= {MIN_TEMPERATURE}"),
+            ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+            ("min_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
+            ("typical_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+            ("repetition_penalty", lambda v: 0 < v < math.inf, "a finite number > 0"),
+            ("frequency_penalty", lambda v: -MAX_ABS_PENALTY <= v <= MAX_ABS_PENALTY, "in [-2, 2]"),
+            ("presence_penalty", lambda v: -MAX_ABS_PENALTY <= v <= MAX_ABS_PENALTY, "in [-2, 2]"),
+        ]
+        for name, ok, allowed in checks:
+            value = getattr(self, name)
+            if not _is_number(value) or math.isnan(value) or not ok(value):
+                raise ValueError(f"{name} must be {allowed}, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        for name, low in (("top_k", 0), ("n", 1), ("max_tokens", 1)):
+            value = getattr(self, name)
+            if not _is_int(value) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**63):
+            raise ValueError(f"seed must be None or an int in [0, 2**63), got {self.seed!r}")
+        stop = self.stop_token_ids
+        if not isinstance(stop, (tuple, list)) or not all(_is_int(t) and t >= 0 for t in stop):
+            raise ValueError(f"stop_token_ids must be a tuple of ints >= 0, got {stop!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(stop))
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A generator seeded with `seed` on `device`, or None for an unseeded request.
+
+    An engine makes one per seeded request and passes it to every `sample` call of that request, so the request's
+    noise comes from its own stream whatever else shares the batch.
+    """
+    if seed is None:
+        return None
+    if not (_is_int(seed) and 0 <= seed < 2**63):
+        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
+    generator = torch.Generator(device=torch.device(device))
+    generator.manual_seed(seed)
+    return generator
+
+
+def _rows_of(params: SamplingParams | Sequence[SamplingParams], batch: int) -> list[SamplingParams]:
+    if isinstance(params, SamplingParams):
+        return [params] * batch
+    if isinstance(params, (str, bytes)) or not isinstance(params, Sequence):
+        raise TypeError(f"params must be a SamplingParams or a sequence of {batch}, got {type(params).__name__}")
+    if len(params) != batch:
+        raise ValueError(f"params must hold one SamplingParams per row: {batch} rows, got {len(params)}")
+    for i, row in enumerate(params):
+        if not isinstance(row, SamplingParams):
+            raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
+    return list(params)
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dim() != 2 or logits.shape[0] < 1 or logits.shape[1] < 1:
+        raise ValueError(f"logits must have shape [B, V] with B, V >= 1, got {tuple(logits.shape)}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    # one host synchronisation per call (not per row): every row needs a finite or -inf value and one finite value
+    bad = torch.isnan(logits).any(dim=1) | torch.isposinf(logits).any(dim=1) | torch.isneginf(logits).all(dim=1)
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
+
+
+def _token_counts(output_tokens, batch: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """How often each token occurs in each row's `output_tokens`, `[B, V]`; negative ids in a tensor are padding."""
+    if isinstance(output_tokens, torch.Tensor):
+        if output_tokens.dim() != 2 or output_tokens.shape[0] != batch or output_tokens.is_floating_point():
+            raise ValueError(f"output_tokens must be an integer tensor [B={batch}, T], got "
+                             f"{output_tokens.dtype} {tuple(output_tokens.shape)}")
+        ids = output_tokens.to(device=device, dtype=torch.long)
+    else:
+        if not isinstance(output_tokens, Sequence) or len(output_tokens) != batch:
+            raise ValueError(f"output_tokens must be a [B, T] tensor or {batch} lists of token ids, got {output_tokens!r}")
+        for i, row in enumerate(output_tokens):
+            if not isinstance(row, Sequence) or not all(_is_int(t) and t >= 0 for t in row):
+                raise ValueError(f"output_tokens[{i}] must be a list of token ids >= 0, got {row!r}")
+        width = max((len(row) for row in output_tokens), default=0)
+        ids = torch.tensor([list(row) + [-1] * (width - len(row)) for row in output_tokens], dtype=torch.long,
+                           device=device).view(batch, width)
+    if ids.numel() and bool((ids >= vocab_size).any()):
+        raise ValueError(f"output_tokens must hold ids < vocab size {vocab_size}, got max {int(ids.max())}")
+    ids = torch.where(ids < 0, vocab_size, ids)  # padding goes to a spare column, dropped below
+    counts = torch.zeros(batch, vocab_size + 1, device=device)
+    counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=counts.dtype))
+    return counts[:, :vocab_size]
+
+
+def _apply_penalties(x: torch.Tensor, rows: list[SamplingParams], output_tokens) -> torch.Tensor:
+    """Repetition (divide positive logits, multiply negative ones, as transformers), then frequency and presence
+    (subtract count * frequency + [count > 0] * presence, as vLLM and OpenAI)."""
+    batch, vocab_size = x.shape
+    counts = _token_counts(output_tokens, batch, vocab_size, x.device).to(x.dtype)  # [B, V]
+    seen = counts > 0
+    column = lambda values: torch.tensor(values, dtype=x.dtype, device=x.device).unsqueeze(1)  # noqa: E731
+    if any(r.repetition_penalty != 1.0 for r in rows):
+        penalty = column([r.repetition_penalty for r in rows])
+        x = torch.where(seen, torch.where(x < 0, x * penalty, x / penalty), x)
+    if any(r.frequency_penalty != 0.0 or r.presence_penalty != 0.0 for r in rows):
+        x = x - counts * column([r.frequency_penalty for r in rows]) - seen * column([r.presence_penalty for r in rows])
+    return x
+
+
+def _process(logits: torch.Tensor, params, output_tokens, method: str):
+    """Shared by `process_logits` and `sample`: returns the penalised logits `x`, greedy rows, and the blocks."""
+    _check_logits(logits)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    batch, _ = logits.shape
+    rows = _rows_of(params, batch)
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
+    if output_tokens is not None:
+        x = _apply_penalties(x, rows, output_tokens)
+    elif any(r.repetition_penalty != 1 or r.frequency_penalty != 0 or r.presence_penalty != 0 for r in rows):
+        raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
+    greedy = [i for i, r in enumerate(rows) if r.greedy]
+    random_rows = [i for i, r in enumerate(rows) if not r.greedy]
+    if any(rows[i].temperature != 1.0 for i in random_rows):
+        temperature = torch.tensor([r.temperature if not r.greedy else 1.0 for r in rows], dtype=dtype,
+                                   device=x.device)
+        x = x / temperature.unsqueeze(1)
+    truncate = [i for i in random_rows if rows[i].top_k > 0 or rows[i].top_p < 1.0]
+    untouched = [i for i in random_rows if i not in set(truncate)]
+    blocks: list[Block] = []
+    if truncate:
+        blocks += top_k_top_p(x[truncate], truncate, [rows[i].top_k for i in truncate],
+                              [rows[i].top_p for i in truncate], method)
+    if untouched:
+        blocks.append(Block(untouched, x[untouched], None, [x.shape[1]] * len(untouched)))
+    for block in blocks:
+        _min_p_and_typical(block, rows)
+    return x, rows, greedy, blocks
+
+
+def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
+    min_p = [rows[i].min_p for i in block.rows]
+    if any(v > 0 for v in min_p):
+        block.logits = min_p_filter(block.logits, min_p)
+    typical = [j for j, i in enumerate(block.rows) if rows[i].typical_p < 1.0]
+    if typical:  # a sort, so only for the rows that ask for it
+        index = torch.tensor(typical, device=block.logits.device)
+        filtered = typical_filter(block.logits[index], [rows[block.rows[j]].typical_p for j in typical])
+        block.logits = block.logits.index_copy(0, index, filtered)
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
+                   output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
+                   method: str = "fast") -> torch.Tensor:
+    """Apply each row's parameters to `logits` `[B, V]` and return new logits `[B, V]` (float32, or float64 for
+    float64 input) in which removed tokens are -inf; softmax of the result is the distribution `sample` draws from.
+
+    `params` is one `SamplingParams` for every row or one per row. `output_tokens` (`[B, T]` LongTensor with negative
+    padding, or B lists of ids) are the tokens the penalties see; it is required when a row sets a penalty.
+    A greedy row (temperature 0) keeps only its argmax after penalties (top-k/top-p/min-p/typical do not apply to
+    it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the token greedy
+    decoding picks. `method` is "fast" (no sort of the vocabulary) or "sort" (the reference); both are exact.
+
+    Taught in: chapters/03-strategies.md
+    """
+    x, _, greedy, blocks = _process(logits, params, output_tokens, method)
+    out = torch.full_like(x, NEG_INF)  # [B, V]
+    for block in blocks:
+        out[block.rows] = block.dense(x.shape[1])
+    if greedy:
+        index = torch.tensor(greedy, device=x.device)
+        best = x[index].argmax(dim=-1, keepdim=True)  # [G, 1]
+        out[index] = torch.full_like(x[index], NEG_INF).scatter(1, best, x[index].gather(1, best))
+    return out
+
+
+def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
+           generators: Sequence[torch.Generator | None] | None = None,
+           output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
+           method: str = "fast") -> torch.Tensor:
+    """Draw one token per row, `[B, V]` -> LongTensor `[B]`.
+
+    Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
+    which picks token i with probability p_i (vLLM's and gpt-fast's trick: no cumulative sum, no host sync per row).
+    A row whose `generators[i]` is a `torch.Generator` draws its noise from it alone, so a seeded request gets the same
+    tokens whatever else shares its batch; pass the same generator (from `make_generator`) at every step. A row with
+    `params.seed` set but no generator gets a fresh generator from that seed for this call only (reproducible for one
+    call; across steps it would repeat its noise, so engines should pass generators). Other rows use torch's global RNG.
+
+    Taught in: chapters/03-strategies.md
+    """
+    x, rows, greedy, blocks = _process(logits, params, output_tokens, method)
+    batch = x.shape[0]
+    if generators is None:
+        generators = [None] * batch
+    elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != batch:
+        raise ValueError(f"generators must be a sequence of {batch} torch.Generator or None, got {generators!r}")
+    generators = list(generators)
+    for i, g in enumerate(generators):
+        if g is not None and not isinstance(g, torch.Generator):
+            raise TypeError(f"generators[{i}] must be a torch.Generator or None, got {type(g).__name__}")
+        if g is not None and g.device.type != x.device.type:
+            raise ValueError(f"generators[{i}] is on {g.device}, logits are on {x.device}")
+        if g is None and rows[i].seed is not None:
+            generators[i] = make_generator(rows[i].seed, x.device)
+    tokens = torch.empty(batch, dtype=torch.long, device=x.device)
+    if greedy:
+        index = torch.tensor(greedy, device=x.device)
+        tokens[index] = x[index].argmax(dim=-1)
+    for block in blocks:
+        probs = torch.softmax(block.logits, dim=-1)  # [n, K]
+        noise = _exponential_noise(probs, [generators[i] for i in block.rows], block.widths)
+        column = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
+        chosen = column if block.token_ids is None else block.token_ids.gather(1, column)
+        tokens[torch.tensor(block.rows, device=x.device)] = chosen.squeeze(1)
+    return tokens
+
+
+def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
+    """Exponential(1) noise shaped like `probs` `[n, K]`; a seeded row draws only its own `widths[j]` columns from its
+    generator, so the draw does not depend on the other rows of the block."""
+    noise = torch.empty_like(probs)
+    if any(g is None for g in generators):
+        noise.exponential_()
+    for j, g in enumerate(generators):
+        if g is not None:
+            noise[j, : widths[j]].exponential_(generator=g)
+            noise[j, widths[j]:] = 1.0  # these columns hold probability 0
+    return noise.clamp_min_(torch.finfo(probs.dtype).tiny)  # 0 / tiny = 0: a removed token is never picked
