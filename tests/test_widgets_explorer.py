@@ -187,3 +187,29 @@ def test_widget_context_count_and_type_are_checked():
         DistributionExplorer([context] * 3)
     with pytest.raises(TypeError, match="contexts must hold ExplorerContext \\(see make_context\\), got dict"):
         DistributionExplorer([{"label": "平坦"}])
+
+
+@pytest.mark.parametrize("method", ["sort", "fast"])
+def test_explorer_state_matches_the_library_sampler(method):
+    """What the explorer shows is exactly the distribution decodelab.sampling draws from."""
+    import torch
+
+    from decodelab.sampling import SamplingParams, process_logits
+
+    rng = np.random.default_rng(1)
+    for case in range(60):
+        logits = rng.normal(0.0, rng.uniform(0.3, 4.0), size=int(rng.integers(5, 300)))
+        params = ExplorerParams(
+            temperature=float(rng.choice([0.05, 0.3, 0.7, 1.0, 1.6, 3.0])),
+            top_k=int(rng.choice([0, 1, 3, 10, 40])),
+            top_p=float(rng.choice([1.0, 0.95, 0.8, 0.5, 0.1])),
+            min_p=float(rng.choice([0.0, 0.0, 0.05, 0.3])),
+        )
+        state = explorer_state(logits, params)
+        library = process_logits(
+            torch.tensor(logits, dtype=torch.float64).unsqueeze(0),  # [1, V]
+            SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p),
+            method=method,
+        )[0]
+        assert np.array_equal(torch.isfinite(library).numpy(), state.kept), (case, params)
+        np.testing.assert_allclose(torch.softmax(library, dim=-1).numpy(), state.final_probs, atol=1e-12)
