@@ -5,7 +5,7 @@ Two exact paths for top-k/top-p, chosen by `method`:
 - ``"sort"``, the reference: one ascending sort of the whole vocabulary and the same operations as transformers'
   `TopKLogitsWarper` and `TopPLogitsWarper`.
 - ``"fast"``: no sort of the vocabulary. `torch.topk` takes each row's candidates (its k tokens when top-k is set,
-  otherwise the smallest of 256, 2048 or 16384 tokens that can hold the nucleus) and top-p runs on those candidates
+  otherwise 256 tokens, then 1024, 4096, 16384 while the nucleus does not fit) and top-p runs on those candidates
   only. A row whose nucleus turns out to be wider than its candidates (flat logits) is sent to the sort path, so the
   result is exact either way; deciding this costs one or two host synchronisations per call, never one per row.
 
@@ -19,12 +19,13 @@ Taught in: chapters/03-strategies.md
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 NEG_INF = float("-inf")
-CANDIDATE_WIDTHS = (256, 2048, 16384)  # tried in order for rows with top-p alone
+CANDIDATE_WIDTHS = (256, 1024, 4096, 16384)  # tried in order for rows with top-p alone
 METHODS = ("fast", "sort")
 
 
@@ -73,7 +74,7 @@ def top_k_top_p_sort(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> t
 
 
 def _candidate_width(k: int, bound: float, vocab_size: int) -> int | None:
-    """How many candidates a row needs, or None when only a full sort is cheaper."""
+    """How many candidates a row needs (at least `bound`), or None when only a full sort is cheaper."""
     if k > 0:
         return min(k, vocab_size)
     for width in CANDIDATE_WIDTHS:
@@ -86,33 +87,51 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
     n, vocab_size = x.shape
     p_only = [k == 0 and p < 1.0 for k, p in zip(top_k, top_p)]
     bounds = [0.0] * n
+    log_norm = None
     if any(p_only):
         log_norm = torch.logsumexp(x, dim=-1)  # [n]
         max_prob = torch.exp(x.amax(dim=-1) - log_norm)  # [n]
+        p = torch.tensor(top_p, dtype=x.dtype, device=x.device)  # [n]
         # the nucleus holds at least p / max_prob tokens: a cheap lower bound that skips hopeless candidate sets
-        bounds = (torch.tensor(top_p, dtype=x.dtype, device=x.device) / max_prob).tolist()
+        bound = p / max_prob
+        widest = max([w for w in CANDIDATE_WIDTHS if 4 * w <= vocab_size], default=None)
+        if widest is not None:
+            # a pivot near the widest candidate set's last value, read off a strided sample of each row: if the
+            # tokens above it hold less than p, the nucleus is wider still and a full sort is cheaper
+            stride = max(1, vocab_size // 1024)
+            sample = torch.sort(x[:, ::stride], dim=-1, descending=True).values  # [n, ~1024]
+            pivot = sample[:, min(sample.shape[1] - 1, widest // stride)].unsqueeze(1)  # [n, 1]
+            mass_above = torch.exp(torch.where(x >= pivot, x, NEG_INF).logsumexp(dim=-1) - log_norm)  # [n]
+            bound = torch.where(mass_above < p, math.inf, bound)
+        bounds = bound.tolist()
     widths = [_candidate_width(k, b, vocab_size) for k, b in zip(top_k, bounds)]
-    cand = [i for i in range(n) if widths[i] is not None]
-    to_sort = [i for i in range(n) if widths[i] is None]
+    pending = list(range(n))
+    to_sort: list[int] = []
     blocks = []
-    if cand:
+    while pending:  # each round, rows whose nucleus outgrew their candidates try the next width
+        to_sort += [i for i in pending if widths[i] is None]
+        cand = [i for i in pending if widths[i] is not None]
+        if not cand:
+            break
         width = torch.tensor([widths[i] for i in cand], device=x.device)  # [m]
         vals, ids = torch.topk(x[cand], max(widths[i] for i in cand), dim=-1)  # [m, K], descending
         columns = torch.arange(vals.shape[1], device=x.device)
         vals = vals.masked_fill(columns.unsqueeze(0) >= width.unsqueeze(1), NEG_INF)
-        keep_rows = list(range(len(cand)))
+        covered = [True] * len(cand)
         if any(top_p[i] < 1.0 for i in cand):
             vals, covered = _top_p_on_candidates(vals, width, [top_k[i] for i in cand], [top_p[i] for i in cand],
-                                                 log_norm[cand] if any(p_only) else None)
-            if not all(covered):
-                keep_rows = [j for j in keep_rows if covered[j]]
-                to_sort = sorted(to_sort + [cand[j] for j in range(len(cand)) if not covered[j]])
-        if keep_rows:
-            if len(keep_rows) < len(cand):
-                index = torch.tensor(keep_rows, device=x.device)
+                                                 log_norm[cand] if log_norm is not None else None)
+        keep = [j for j in range(len(cand)) if covered[j]]
+        if keep:
+            if len(keep) < len(cand):
+                index = torch.tensor(keep, device=x.device)
                 vals, ids = vals[index], ids[index]
-            blocks.append(Block([rows[cand[j]] for j in keep_rows], vals, ids, [widths[cand[j]] for j in keep_rows]))
+            blocks.append(Block([rows[cand[j]] for j in keep], vals, ids, [widths[cand[j]] for j in keep]))
+        pending = [cand[j] for j in range(len(cand)) if not covered[j]]
+        for i in pending:
+            widths[i] = _candidate_width(0, widths[i] + 1, vocab_size)
     if to_sort:
+        to_sort.sort()
         dense = top_k_top_p_sort(x[to_sort], [top_k[i] for i in to_sort], [top_p[i] for i in to_sort])
         blocks.append(Block([rows[i] for i in to_sort], dense, None, [vocab_size] * len(to_sort)))
     return blocks
