@@ -1,0 +1,263 @@
+"""A continuous-batching engine over the paged KV cache, vLLM's design in plain PyTorch.
+
+Requests join between steps and leave the moment they finish; each step is a prefill or a decode of every
+running sequence (see `decodelab.scheduler`); blocks that run out trigger preemption by recompute; full
+prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write).
+Sampling is `decodelab.sampling.sample` with one `SamplingParams` per row, so greedy and random requests share
+a batch. A seeded request keeps one generator per sample (sample i of n draws from seed + i), so its tokens do
+not depend on what else is in the batch.
+
+    engine = Engine(hf_model, tokenizer)
+    [c] = engine.generate(["从前"], SamplingParams(temperature=0, max_tokens=20))
+    c.text, c.finish_reason, engine.stats.kv_utilization
+
+Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass
+
+import torch
+
+from decodelab.kv_cache import kv_bytes_per_token
+from decodelab.model import PagedLlama, StepBatch
+from decodelab.paged import BlockPool, BlockTable
+from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.scheduler import Scheduler, Sequence, Status
+
+DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request. `token_ids` are the generated tokens only (a stop or EOS token included).
+
+    For n > 1, `token_ids`, `text` and `finish_reason` are sample 0's and `samples` holds all n samples (each a
+    Completion with empty `samples`); for n = 1, `samples` is empty.
+    """
+    request_id: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str | None
+    finish_reason: str                     # "stop" (EOS or a stop token) or "length" (max_tokens or context)
+    samples: tuple[Completion, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    num_blocks: int
+    free_blocks: int
+    preemptions: int
+    prefix_cache_hit_tokens: int           # prompt tokens whose K/V came from the prefix cache
+    prefill_tokens: int                    # tokens run through prefill (computed, not cached)
+    decode_tokens: int
+    kv_utilization: float                  # live tokens / allocated slots, mean over non-idle steps
+    steps: int
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What one `Engine.step()` did, for the chapter's stepper."""
+    kind: str                              # "prefill" | "decode" | "idle"
+    new_tokens: dict[int, int]             # seq_id -> token sampled this step
+    preempted: tuple[int, ...]             # seq_ids sent back to the waiting queue
+    finished: tuple[Completion, ...]       # requests completed this step
+    block_tables: dict[int, list[int]]     # seq_id -> block ids, for every running sequence after the step
+    live_tokens: int                       # slots holding a token's K/V (shared blocks counted once)
+    allocated_slots: int                   # used blocks × block_size
+    num_waiting: int
+
+
+class Engine:
+    """Serve many requests at once from a transformers Llama/Qwen2 causal LM over a paged KV cache.
+
+    num_blocks defaults to what max_num_seqs sequences of full context need, capped at 1 GiB of K/V.
+    Taught in: chapters/07-paged-attention.ipynb
+    """
+
+    def __init__(self, model, tokenizer=None, block_size: int = 16, num_blocks: int | None = None,
+                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
+                 enable_prefix_caching: bool = True) -> None:
+        self.runner = PagedLlama(model)
+        self.tokenizer = tokenizer
+        self.max_model_len = self.runner.max_model_len
+        for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if num_blocks is None:
+            affordable = DEFAULT_KV_BYTES // (kv_bytes_per_token(model.config, self.runner.dtype) * block_size)
+            num_blocks = max(1, min(-(-max_num_seqs * self.max_model_len // block_size), affordable))
+        max_num_batched_tokens = max_num_batched_tokens or max(2048, self.max_model_len)
+        self.block_size = block_size
+        self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
+        self.kv_cache = self.runner.allocate_kv_cache(num_blocks, block_size)  # [L, 2, blocks, block_size, KVH, D]
+        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens)
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None) or model.config.eos_token_id
+        self.eos_token_ids = set([eos] if isinstance(eos, int) else (eos or []))
+        self.completed: dict[int, Completion] = {}   # every finished request by id (generate() takes its own out)
+        self._requests: dict[int, list[Sequence]] = {}
+        self._request_ids = itertools.count()
+        self._seq_ids = itertools.count()
+        self._steps = self._prefill_tokens = self._decode_tokens = 0
+        self._utilization_sum = 0.0
+
+    # -- requests ------------------------------------------------------------------------------------------
+    def _prompt_ids(self, prompt, name: str) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise TypeError(f"{name} is a string but the engine has no tokenizer; pass token ids")
+            prompt = self.tokenizer(prompt).input_ids
+        if isinstance(prompt, torch.Tensor):
+            prompt = prompt.tolist()
+        if not isinstance(prompt, SequenceABC) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise TypeError(f"{name} must be a string or a list of token ids, got {prompt!r}")
+        if not prompt:
+            raise ValueError(f"{name} must hold at least one token, got an empty prompt")
+        if min(prompt) < 0 or max(prompt) >= self.runner.vocab_size:
+            raise ValueError(f"{name} token ids must be in [0, {self.runner.vocab_size}), got {min(prompt)}..{max(prompt)}")
+        if len(prompt) > self.max_model_len:
+            raise ValueError(f"{name} has {len(prompt)} tokens, longer than the model's context of {self.max_model_len}")
+        return list(prompt)
+
+    def _check_request(self, prompt_ids: list[int], params, name: str) -> None:
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
+        if params.n > self.scheduler.max_num_seqs:
+            raise ValueError(f"params.n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
+        slots = min(len(prompt_ids) + params.max_tokens - 1, self.max_model_len)
+        blocks = -(-slots // self.block_size)
+        if blocks > self.pool.num_blocks:
+            raise ValueError(f"{name} needs up to {blocks} blocks ({slots} tokens), more than the whole pool of "
+                             f"{self.pool.num_blocks}; lower max_tokens or give the engine more blocks")
+
+    def add_request(self, prompt, params: SamplingParams | None = None) -> int:
+        """Queue a request (a string or token ids) and return its id; it joins the batch at the next step."""
+        params = SamplingParams() if params is None else params
+        prompt_ids = self._prompt_ids(prompt, "prompt")
+        self._check_request(prompt_ids, params, "prompt")
+        return self._add(prompt_ids, params)
+
+    def _add(self, prompt_ids: list[int], params: SamplingParams) -> int:
+        request_id = next(self._request_ids)
+        seq = Sequence(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params,
+                       BlockTable(self.block_size), make_generator(params.seed, self.runner.device), params.n - 1)
+        self._requests[request_id] = [seq]
+        self.scheduler.add(seq)
+        return request_id
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- one step ------------------------------------------------------------------------------------------
+    def step(self) -> StepOutput:
+        """Schedule, run the model once, sample one token for every scheduled sequence, retire finished ones."""
+        plan = self.scheduler.schedule()
+        if plan.kind == "idle":
+            return StepOutput("idle", {}, (), (), {}, 0, 0, len(self.scheduler.waiting))
+        for src, dst in plan.copies:
+            self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
+        runs = []
+        for seq in plan.seqs:
+            start = seq.table.num_tokens - len(seq.new_slots)
+            runs.append((seq.token_ids[start:], start, seq.new_slots, seq.table.block_ids))
+        logits = self.runner.forward(StepBatch.build(runs, self.runner.device), self.kv_cache)  # [B, V]
+        live, allocated = self.pool.filled_slots(), self.pool.num_used_blocks * self.block_size
+        self._steps += 1
+        self._utilization_sum += live / allocated
+        num_new = sum(len(s.new_slots) for s in plan.seqs)
+        if plan.kind == "prefill":
+            self._prefill_tokens += num_new
+        else:
+            self._decode_tokens += num_new
+        rows, seqs = self._fork_samples(plan.seqs)
+        tokens = self._sample(logits[torch.tensor(rows, device=logits.device)], seqs)
+        finished = []
+        for seq, token in zip(seqs, tokens):
+            seq.token_ids.append(token)
+            reason = self._finish_reason(seq, token)
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                done = self._maybe_complete(seq.request_id)
+                if done is not None:
+                    finished.append(done)
+        tables = {s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}
+        return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)}, tuple(s.seq_id for s in plan.preempted),
+                          tuple(finished), tables, live, allocated, len(self.scheduler.waiting))
+
+    def _fork_samples(self, scheduled: list[Sequence]) -> tuple[list[int], list[Sequence]]:
+        """After a prompt's prefill, start its n - 1 siblings on the same blocks; they sample from the same row."""
+        rows, seqs = [], []
+        for row, seq in enumerate(scheduled):
+            rows.append(row)
+            seqs.append(seq)
+            for i in range(1, seq.num_forks + 1):
+                seed = None if seq.params.seed is None else seq.params.seed + i
+                child = Sequence(next(self._seq_ids), seq.request_id, i, list(seq.token_ids), seq.num_prompt_tokens,
+                                 seq.params, seq.table, make_generator(seed, self.runner.device))
+                self.scheduler.fork(seq, child)
+                self._requests[seq.request_id].append(child)
+                rows.append(row)
+                seqs.append(child)
+            seq.num_forks = 0
+        return rows, seqs
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        params = [s.params for s in seqs]
+        penalised = any(p.repetition_penalty != 1 or p.frequency_penalty or p.presence_penalty for p in params)
+        outputs = [s.output_token_ids for s in seqs] if penalised else None
+        return sample(logits, params, [s.generator for s in seqs], outputs).tolist()
+
+    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+        if token in seq.params.stop_token_ids or (token in self.eos_token_ids and not seq.params.ignore_eos):
+            return "stop"
+        if len(seq.output_token_ids) >= seq.params.max_tokens or len(seq.token_ids) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _maybe_complete(self, request_id: int) -> Completion | None:
+        seqs = self._requests[request_id]
+        if len(seqs) < seqs[0].params.n or any(s.status is not Status.FINISHED for s in seqs):
+            return None
+        del self._requests[request_id]
+        samples = [Completion(request_id, s.token_ids[:s.num_prompt_tokens], s.output_token_ids,
+                              self._decode(s.output_token_ids), s.finish_reason)
+                   for s in sorted(seqs, key=lambda s: s.sample_index)]
+        first = samples[0]
+        done = Completion(request_id, first.prompt_token_ids, first.token_ids, first.text, first.finish_reason,
+                          tuple(samples) if len(samples) > 1 else ())
+        self.completed[request_id] = done
+        return done
+
+    def _decode(self, token_ids: list[int]) -> str | None:
+        return None if self.tokenizer is None else self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    # -- whole runs ----------------------------------------------------------------------------------------
+    def generate(self, prompts, params: SamplingParams | SequenceABC[SamplingParams] | None = None) -> list[Completion]:
+        """Complete every prompt (strings need a tokenizer) and return one Completion per prompt, in order.
+
+        All prompts are checked before any is queued: bad input raises ValueError/TypeError and leaves the
+        engine (and requests already in flight, which keep running) untouched.
+        """
+        if isinstance(prompts, str) or not isinstance(prompts, SequenceABC) or not prompts:
+            raise ValueError(f"prompts must be a non-empty list of strings or token-id lists, got {prompts!r}")
+        params = SamplingParams() if params is None else params
+        if isinstance(params, SamplingParams):
+            params = [params] * len(prompts)
+        elif not isinstance(params, SequenceABC) or len(params) != len(prompts):
+            raise ValueError(f"params must be one SamplingParams or one per prompt ({len(prompts)}), got "
+                             f"{len(params) if isinstance(params, SequenceABC) else type(params).__name__}")
+        prompt_ids = [self._prompt_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
+        for i, (ids, p) in enumerate(zip(prompt_ids, params)):
+            self._check_request(ids, p, f"prompts[{i}]")
+        request_ids = [self._add(ids, p) for ids, p in zip(prompt_ids, params)]
+        while any(r not in self.completed for r in request_ids):
+            self.step()
+        return [self.completed.pop(r) for r in request_ids]
+
+    @property
+    def stats(self) -> EngineStats:
+        return EngineStats(self.pool.num_blocks, self.pool.num_free_blocks, self.scheduler.num_preemptions,
+                           self.scheduler.num_cached_tokens, self._prefill_tokens, self._decode_tokens,
+                           self._utilization_sum / max(self._steps, 1), self._steps)
