@@ -1,0 +1,68 @@
+"""Exercise checkers: each runs a student's function on probing inputs and says, in Chinese, what is right
+or what to look at. A failed check raises `CheckFailed` (an AssertionError) whose message is the hint.
+
+One module per chapter: `decodelab.checks.ch01`, `decodelab.checks.ch02`, ...
+Taught in: exercises/*.ipynb
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class CheckFailed(AssertionError):
+    """A check found a mistake; the message tells the student what to look at."""
+
+
+def fail(hint: str) -> None:
+    """Stop the check with `hint`, the Chinese explanation of what went wrong."""
+    raise CheckFailed(hint)
+
+
+def passed(message: str) -> None:
+    """Tell the student the check passed."""
+    print(f"通过 ✔ {message}")
+
+
+def call_student(fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    """Call the student's function; a crash becomes a hint that names the input (`what`)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be the function you wrote (callable), got {type(fn).__name__}")
+    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # the probes stay untouched
+    try:
+        result = fn(*copies)
+    except NotImplementedError:
+        fail("函数还没有实现：把 `raise NotImplementedError` 换成你的代码。")
+    except RuntimeError as error:
+        if "size of tensor" in str(error) or "must match" in str(error):
+            fail(f"输入 {what} 时形状不匹配（{error}）。提示：按行求 max 或 sum 时用 keepdim=True，"
+                 "结果的形状是 [..., 1]，才能和 [..., V] 广播。")
+        fail(f"输入 {what} 时函数出错：{type(error).__name__}: {error}")
+    except (TypeError, ValueError, IndexError) as error:
+        fail(f"输入 {what} 时函数出错：{type(error).__name__}: {error}")
+    for original, copy in zip(args, copies):
+        if isinstance(original, torch.Tensor) and not torch.equal(original, copy):
+            fail(f"输入 {what} 被原地修改了（例如 `x -= x.max()`）。请不要改动调用者的张量：写成 `x = x - ...`。")
+    return result
+
+
+def expect_tensor(result: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:
+    """The result must be a floating tensor of `shape`."""
+    if not isinstance(result, torch.Tensor):
+        fail(f"输入 {what} 时应返回 torch.Tensor，实际返回了 {type(result).__name__}。")
+    if tuple(result.shape) != shape:
+        fail(f"输入 {what} 时输出形状应为 {list(shape)}，实际是 {list(result.shape)}。")
+    if not result.is_floating_point():
+        fail(f"输入 {what} 时输出应为浮点张量，实际 dtype 是 {result.dtype}。")
+    return result
+
+
+def close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
+    """Equal up to float32 rounding, with matching inf/nan positions treated as unequal."""
+    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    return a64.shape == b64.shape and bool(torch.isfinite(a64).all()) and torch.allclose(a64, b64, atol=atol, rtol=1e-4)
+
+
+__all__ = ["CheckFailed", "call_student", "close", "expect_tensor", "fail", "passed"]
