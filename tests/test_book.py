@@ -1,0 +1,239 @@
+"""The book builds with no warning, works offline in a real browser, and its Chinese search finds words.
+
+The build runs once per session (`jupyter-book build . -W -n --keep-going --all`, after
+scripts/fetch_offline_assets.sh); the browser tests open every page of _toc.yml in Debian's Chromium from a local
+server, fail on anything that would break with the network cut off, and keep a screenshot of each page under
+_build/screenshots/book-<page>.png for people to look at.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import yaml
+
+from browser import launch_chromium, require_chromium, serve_directory, watch
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+BUILD_TIMEOUT_S = 900
+PAGE_TIMEOUT_MS = 30_000
+# LaTeX that MathJax should have replaced: display/inline delimiters, or a TeX command right after a dollar sign.
+RAW_LATEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\(?:frac|sum|begin|end|mathrm|text|left|right|log|exp)\b"
+                       r"|\$[^$\n]{0,40}\\[A-Za-z]+")
+HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+pytestmark = pytest.mark.book
+
+
+def toc_pages() -> list[str]:
+    """Document names in reading order (root first), as _toc.yml lists them."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+    for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}]):
+        pages += [chapter["file"] for chapter in part["chapters"]]
+    return [str(Path(page).with_suffix("")) if Path(page).suffix in {".md", ".ipynb"} else page for page in pages]
+
+
+def page_label(docname: str) -> str:
+    return Path(docname).name
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Fetch the offline JavaScript and build the whole book once; fail with the log's tail on a non-zero exit."""
+    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert fetch.returncode == 0, f"fetch_offline_assets.sh failed:\n{fetch.stdout}\n{fetch.stderr}"
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    # --all: an incremental build does not re-emit the warnings of unchanged pages, so -W would pass after a failure.
+    command = [str(jupyter_book), "build", ".", "-W", "-n", "--keep-going", "--all"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    log = (result.stdout + result.stderr).splitlines()
+    assert result.returncode == 0, f"{' '.join(command)} exited with {result.returncode}:\n" + "\n".join(log[-60:])
+    return HTML
+
+
+def load_search_index(html: Path) -> dict:
+    text = (html / "searchindex.js").read_text(encoding="utf-8")
+    return json.loads(text[text.index("(") + 1: text.rindex(")")])
+
+
+def test_every_toc_page_is_built(built_book):
+    missing = [page for page in toc_pages() if not (built_book / f"{page}.html").is_file()]
+    assert not missing, f"pages listed in _toc.yml but not built: {missing}"
+
+
+def test_search_index_holds_chinese_words(built_book):
+    index = load_search_index(built_book)
+    chinese = {term for term in [*index["terms"], *index["titleterms"]] if HAN.search(term)}
+    # jieba cuts 解码参数怎么选 (a title fixed by the course outline) into words; without jieba there are none.
+    assert {"解码", "参数"} <= chinese, f"Chinese words missing from the search index (is jieba installed?): {sorted(chinese)[:40]}"
+    assert all(len(term) > 1 for term in chinese)
+
+
+def test_offline_assets_are_served(built_book):
+    for name in ("mathjax/tex-mml-chtml.js", "requirejs/require.js", "widgets/embed-amd.js",
+                 "widgets-require-config.js", "anywidget/index.js", "zh-search.js"):
+        assert (built_book / "_static" / name).is_file(), (
+            f"_static/{name} missing from the build: run scripts/fetch_offline_assets.sh (needs npm), then rebuild")
+
+
+@pytest.fixture(scope="module")
+def browser_session(built_book):
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with serve_directory(built_book) as base_url, sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            yield browser, base_url
+        finally:
+            browser.close()
+
+
+def wait_for_mathjax(page) -> None:
+    page.evaluate("""() => (window.MathJax && MathJax.startup && MathJax.startup.promise)
+                           ? MathJax.startup.promise.then(() => true) : true""")
+
+
+MATH_STATE_JS = """() => {
+  const main = document.querySelector('main') || document.body;
+  const maths = [...main.querySelectorAll('.math')];
+  const clone = main.cloneNode(true);
+  clone.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach((el) => el.remove());
+  return {
+    maths: maths.length,
+    unrendered: maths.filter((el) => !el.querySelector('mjx-container')).map((el) => el.textContent.slice(0, 80)),
+    mathjaxErrors: main.querySelectorAll('mjx-merror').length,
+    text: clone.textContent,
+    heading: (main.querySelector('h1') || {textContent: ''}).textContent,
+    next: (document.querySelector('a.right-next') || {href: null}).href,
+  };
+}"""
+
+
+@pytest.mark.browser
+def test_every_page_renders_offline(browser_session):
+    browser, base_url = browser_session
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+    problems = watch(context)
+    page = context.new_page()
+    pages = toc_pages()
+    failures = []
+    for position, docname in enumerate(pages):
+        problems.clear()
+        page.goto(base_url + f"{docname}.html", wait_until="load", timeout=PAGE_TIMEOUT_MS)
+        page.wait_for_load_state("networkidle", timeout=PAGE_TIMEOUT_MS)
+        wait_for_mathjax(page)
+        state = page.evaluate(MATH_STATE_JS)
+        page.screenshot(path=str(SCREENSHOTS / f"book-{page_label(docname)}.png"), full_page=True)
+        found = problems.summary().splitlines()
+        if state["unrendered"]:
+            found.append(f"{len(state['unrendered'])} of {state['maths']} math elements not rendered by MathJax: "
+                         f"{state['unrendered'][:3]}")
+        if state["mathjaxErrors"]:
+            found.append(f"{state['mathjaxErrors']} MathJax errors (mjx-merror)")
+        raw = sorted({match.group(0) for match in RAW_LATEX.finditer(state["text"])})
+        if raw:
+            found.append(f"raw LaTeX in the rendered text: {raw[:5]}")
+        if not HAN.search(state["heading"] + state["text"]):
+            found.append("no Chinese text on the page")
+        expected_next = base_url + f"{pages[position + 1]}.html" if position + 1 < len(pages) else None
+        if state["next"] != expected_next:
+            found.append(f"'next' link goes to {state['next']}, expected {expected_next}")
+        failures += [f"{docname}: {line}" for line in found]
+    context.close()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.browser
+def test_next_link_navigates(browser_session):
+    browser, base_url = browser_session
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    problems = watch(context)
+    page = context.new_page()
+    first, second = toc_pages()[:2]
+    page.goto(base_url + "index.html", timeout=PAGE_TIMEOUT_MS)  # the redirect to the root page
+    page.wait_for_url(f"**/{first}.html", timeout=PAGE_TIMEOUT_MS)
+    page.locator("a.right-next").first.click()
+    page.wait_for_url(f"**/{second}.html", timeout=PAGE_TIMEOUT_MS)
+    heading = page.locator("main h1").first.text_content()
+    context.close()
+    assert heading and heading.strip(), f"{second}.html has no heading"
+    assert not problems.summary(), problems.summary()
+
+
+def search_result_pages(page, base_url: str, query: str) -> list[str]:
+    """Docnames that the book's search page lists for `query`, in the order shown."""
+    page.goto(base_url + f"search.html?q={quote(query)}", timeout=PAGE_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => { const s = document.querySelector('#search-results .search-summary');"
+        " return s && s.textContent.trim().length > 0; }", timeout=PAGE_TIMEOUT_MS)
+    hrefs = page.eval_on_selector_all("#search-results ul.search li a", "links => links.map((a) => a.href)")
+    return [href.removeprefix(base_url).split("?")[0].split("#")[0].removesuffix(".html") for href in hrefs]
+
+
+def greedy_split(text: str, terms: set[str]) -> list[str]:
+    """The split that book/static/zh-search.js makes of a run of Han characters (longest index term first)."""
+    longest = max(map(len, terms))
+    words, start = [], 0
+    while start < len(text):
+        end = min(len(text), start + longest)
+        while end > start + 1 and text[start:end] not in terms:
+            end -= 1
+        if end > start + 1:
+            words.append(text[start:end])
+        start = end if end > start + 1 else start + 1
+    return words
+
+
+def unsegmented_query(index: dict) -> tuple[str, str]:
+    """A query such as "温度越低": two Chinese words of one page written together. Sphinx alone finds nothing for
+    it: it is no index term, no part of any term or title. Returns (query, docname of a page holding both words).
+    Chosen from the built index, so that the test follows the pages as they are written."""
+    docs_of: dict[str, set[int]] = {}
+    for table in (index["terms"], index["titleterms"]):
+        for term, docs in table.items():
+            docs_of.setdefault(term, set()).update(docs if isinstance(docs, list) else [docs])
+    known = set(docs_of)
+    titles = [title.lower() for title in [*index["titles"], *index["alltitles"]]]
+    chinese = sorted(term for term in known if HAN.fullmatch(term[0]) and all(HAN.fullmatch(c) for c in term))
+    for doc, docname in enumerate(index["docnames"]):
+        words = [term for term in chinese if doc in docs_of[term]]
+        for first in words:
+            for second in words:
+                query = first + second
+                if (first != second and greedy_split(query, known) == [first, second]
+                        and not any(query in term for term in known)
+                        and not any(query in title for title in titles)):
+                    return query, docname
+    raise AssertionError("no two Chinese words of one page make a query that needs segmenting")
+
+
+@pytest.mark.browser
+def test_chinese_search_segments_the_query(browser_session):
+    browser, base_url = browser_session
+    query, expected = unsegmented_query(load_search_index(HTML))
+
+    context = browser.new_context()
+    problems = watch(context)
+    found = search_result_pages(context.new_page(), base_url, query)
+    context.close()
+    assert not problems.summary(), problems.summary()
+    assert expected in found, f"search for {query!r} found {found}, not {expected}"
+
+    # The same search without book/static/zh-search.js finds nothing: the script is what makes it work.
+    plain = browser.new_context()
+    plain.route(lambda url: "/_static/zh-search.js" in url,
+                lambda route: route.fulfill(status=200, content_type="text/javascript", body="// disabled"))
+    found_without = search_result_pages(plain.new_page(), base_url, query)
+    plain.close()
+    assert found_without == [], f"search for {query!r} found {found_without} even without the query splitter"
