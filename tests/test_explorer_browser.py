@@ -1,0 +1,171 @@
+"""The distribution explorer in headless Chromium, with no kernel and no network: the ESM mirrors
+`explorer_state`, and moving the temperature slider redraws the chart with the distribution Python computes.
+
+Two pages: a small standalone page that embeds one widget's saved state with the same offline loaders the book
+serves (fast, independent of the book build), and the real chapter page of the built book.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from browser import launch_chromium, require_chromium, serve_directory, watch
+from decodelab.widgets.explorer import DistributionExplorer, ExplorerParams, explorer_state, make_context
+
+ROOT = Path(__file__).resolve().parent.parent
+OFFLINE = ROOT / "_offline"
+REQUIRE_CONFIG = ROOT / "book" / "static" / "widgets-require-config.js"
+ESM = ROOT / "lib" / "decodelab" / "widgets" / "explorer.js"
+TIMEOUT_MS = 30_000
+
+pytestmark = pytest.mark.browser
+
+PAGE = """<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8"><title>explorer</title>
+<script src="_static/requirejs/require.js"></script>
+<script src="_static/widgets-require-config.js"></script>
+<script src="_static/widgets/embed-amd.js"></script>
+</head><body>
+<script type="application/vnd.jupyter.widget-state+json">{state}</script>
+<script type="application/vnd.jupyter.widget-view+json">{view}</script>
+</body></html>
+"""
+
+
+def _widget() -> DistributionExplorer:
+    rng = np.random.default_rng(0)
+    tokens = [chr(0x4E00 + 7 * i) for i in range(60)]
+    flat = make_context("平坦：小明在", tokens, rng.normal(0.0, 0.5, size=60))
+    peaked = make_context("尖锐：床前明月光，疑是地上", tokens, rng.normal(0.0, 3.0, size=60))
+    return DistributionExplorer([flat, peaked], temperature=1.0, top_p=0.9)
+
+
+@pytest.fixture(scope="module")
+def standalone_site(tmp_path_factory) -> tuple[Path, DistributionExplorer]:
+    """A folder laid out like the book's _build/html/_static: require.js, the embed manager, anywidget's loader."""
+    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert fetch.returncode == 0 and (OFFLINE / "widgets" / "embed-amd.js").is_file(), (
+        f"the offline widget JavaScript is missing (scripts/fetch_offline_assets.sh needs npm):\n{fetch.stderr}")
+    import anywidget
+    from ipywidgets.embed import embed_data
+
+    site = tmp_path_factory.mktemp("explorer-site")
+    static = site / "_static"
+    shutil.copytree(OFFLINE / "requirejs", static / "requirejs")
+    shutil.copytree(OFFLINE / "widgets", static / "widgets")
+    shutil.copyfile(REQUIRE_CONFIG, static / "widgets-require-config.js")
+    (static / "anywidget").mkdir()
+    shutil.copyfile(Path(anywidget.__file__).parent / "nbextension" / "index.js", static / "anywidget" / "index.js")
+    widget = _widget()
+    data = embed_data(views=[widget], drop_defaults=False)  # full state, as a saved notebook holds it
+    (site / "index.html").write_text(
+        PAGE.format(state=json.dumps(data["manager_state"]), view=json.dumps(data["view_specs"][0])), encoding="utf-8")
+    return site, widget
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def shown_probs(page, panel: int) -> dict[str, float]:
+    """token -> probability shown by the bars of one context panel."""
+    return page.eval_on_selector_all(
+        f".dl-explorer-panel:nth-child({panel + 1}) .dl-explorer-row",
+        "rows => Object.fromEntries(rows.map((r) => [r.dataset.token, parseFloat(r.dataset.prob)]))")
+
+
+def bar_widths(page) -> list[str]:
+    return page.eval_on_selector_all(".dl-explorer-bar-after", "bars => bars.map((b) => b.style.width)")
+
+
+def move_temperature(page, presses: int, key: str) -> None:
+    slider = page.locator('.dl-explorer input[data-param="temperature"]').first
+    slider.focus()
+    for _ in range(presses):
+        slider.press(key)
+
+
+def expected_shown(widget: DistributionExplorer, panel: int, params: ExplorerParams) -> dict[str, float]:
+    context = widget.contexts[panel]
+    state = explorer_state(context["logits"], params)
+    order = np.argsort(-np.asarray(context["logits"]), kind="stable")[: widget.num_bars]
+    return {context["tokens"][i]: float(state.final_probs[i]) for i in order}
+
+
+def assert_shows(page, widget: DistributionExplorer, params: ExplorerParams) -> None:
+    for panel in range(len(widget.contexts)):
+        shown = shown_probs(page, panel)
+        expected = expected_shown(widget, panel, params)
+        assert shown.keys() == expected.keys()
+        for token, prob in expected.items():
+            assert shown[token] == pytest.approx(prob, abs=2e-6), (panel, token, params)
+
+
+def test_esm_compute_mirrors_python(browser, standalone_site):
+    """The browser's computeState gives what explorer_state gives, on random logits and slider values."""
+    site, _ = standalone_site
+    rng = np.random.default_rng(3)
+    cases = []
+    for _ in range(40):
+        logits = [round(float(x), 4) for x in rng.normal(0.0, rng.uniform(0.3, 4.0), size=int(rng.integers(3, 200)))]
+        params = ExplorerParams(temperature=float(rng.choice([0.05, 0.4, 1.0, 2.5])), top_k=int(rng.choice([0, 1, 5, 30])),
+                                top_p=float(rng.choice([1.0, 0.9, 0.5, 0.05])), min_p=float(rng.choice([0.0, 0.1])))
+        cases.append((logits, params))
+    source = base64.b64encode(ESM.read_bytes()).decode()
+    with serve_directory(site) as base_url:
+        page = browser.new_page()
+        problems = watch(page)
+        page.goto(base_url + "index.html", timeout=TIMEOUT_MS)
+        results = page.evaluate(
+            """async ([source, cases]) => {
+                 const module = await import(`data:text/javascript;base64,${source}`);
+                 return cases.map(([logits, params]) => module.computeState(logits, params));
+               }""",
+            [source, [[logits, vars(params)] for logits, params in cases]])
+        page.close()
+    assert not problems.summary(), problems.summary()
+    for (logits, params), result in zip(cases, results):
+        state = explorer_state(logits, params)
+        assert result["kept"] == state.kept.tolist(), params
+        np.testing.assert_allclose(result["final_probs"], state.final_probs, atol=1e-12)
+        assert result["final_entropy"] == pytest.approx(state.final_entropy, abs=1e-12)
+        assert result["kept_count"] == state.kept_count
+
+
+def test_temperature_slider_redraws_a_standalone_page(browser, standalone_site):
+    site, widget = standalone_site
+    with serve_directory(site) as base_url:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        problems = watch(page)
+        page.goto(base_url + "index.html", timeout=TIMEOUT_MS)
+        page.wait_for_selector(".dl-explorer-row", timeout=TIMEOUT_MS)
+        assert_shows(page, widget, ExplorerParams(temperature=1.0, top_p=0.9))
+        kept_before = page.eval_on_selector_all(".dl-explorer-stats", "s => s.map((e) => e.dataset.keptCount)")
+        widths_before = bar_widths(page)
+        move_temperature(page, 10, "ArrowLeft")  # 1.00 -> 0.50 in steps of 0.05
+        assert page.locator(".dl-explorer-control-value").first.text_content() == "0.50"
+        assert bar_widths(page) != widths_before
+        assert_shows(page, widget, ExplorerParams(temperature=0.5, top_p=0.9))
+        kept_after = page.eval_on_selector_all(".dl-explorer-stats", "s => s.map((e) => e.dataset.keptCount)")
+        # a colder distribution needs fewer tokens to reach p = 0.9
+        assert all(int(a) <= int(b) for a, b in zip(kept_after, kept_before)) and kept_after != kept_before
+        page.locator('.dl-explorer input[data-param="use_min_p"]').check()
+        assert_shows(page, widget, ExplorerParams(temperature=0.5, top_p=0.9, min_p=0.0))  # the min-p slider is at 0
+        page.close()
+    assert not problems.summary(), problems.summary()
