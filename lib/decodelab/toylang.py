@@ -237,22 +237,23 @@ class ToyLanguage:
     # ---- forward algorithm -------------------------------------------------------------------------------
     def _forward(self, prefix: str) -> tuple[dict[int, float], float]:
         """Normalised weights of the positions consistent with `prefix`, and log P(prefix) (-inf if impossible)."""
-        cached = self._forward_cache.get(prefix)
-        if cached is not None:
-            return cached
-        state, logp = self._forward(prefix[:-1])
-        ch = prefix[-1]
-        new: dict[int, float] = {}
-        for pos, w in state.items():
-            for e in self._edges[pos]:
-                if e.char == ch:
-                    new[e.target] = new.get(e.target, 0.0) + w * e.prob
-        total = sum(new.values())
-        result = ({p: w / total for p, w in new.items()}, logp + math.log(total)) if total > 0 else ({}, -math.inf)
+        known = len(prefix)
+        while prefix[:known] not in self._forward_cache:
+            known -= 1
+        state, logp = self._forward_cache[prefix[:known]]
         if len(self._forward_cache) > 500_000:
             self._forward_cache = {"": ({0: 1.0}, 0.0)}
-        self._forward_cache[prefix] = result
-        return result
+        for i in range(known, len(prefix)):
+            new: dict[int, float] = {}
+            for pos, w in state.items():
+                for e in self._edges[pos]:
+                    if e.char == prefix[i]:
+                        new[e.target] = new.get(e.target, 0.0) + w * e.prob
+            total = sum(new.values())
+            state, logp = ({p: w / total for p, w in new.items()}, logp + math.log(total)) if total > 0 \
+                else ({}, -math.inf)
+            self._forward_cache[prefix[:i + 1]] = (state, logp)
+        return state, logp
 
     def next_token_probs(self, prefix: str) -> dict[str, float]:
         """Exact P(next char | prefix) over the alphabet and `EOS`, most probable first; only nonzero entries.
