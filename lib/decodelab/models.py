@@ -74,6 +74,9 @@ def _locate(name: str) -> str:
         return str(TINY_ZH)
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
+    if name.startswith(("/", ".", "~")) or os.sep + os.sep in name:
+        raise FileNotFoundError(f"model path {name!r} is not a directory; pass an existing local path, "
+                                "a hub id like 'Qwen/Qwen2.5-0.5B-Instruct', or 'tiny-zh'")
     from huggingface_hub import snapshot_download
 
     try:
