@@ -235,3 +235,17 @@ def test_probs_helpers_match_torch_and_stay_finite():
 def test_probs_helpers_check_their_input(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_dense_probs_lays_a_mapping_out_over_the_vocabulary():
+    from decodelab.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer(["你", "好", "们"])
+    dense = probs.dense_probs({"好": 0.75, "</s>": 0.25}, tokenizer)  # [V] with V = 4 specials + 3 characters
+    assert dense.shape == (7,)
+    assert dense[tokenizer.convert_tokens_to_ids("好")] == 0.75 and dense[tokenizer.eos_token_id] == 0.25
+    assert dense.sum() == 1.0
+    with pytest.raises(ValueError, match="token_probs holds '猫', which is not in the tokenizer's vocabulary"):
+        probs.dense_probs({"猫": 1.0}, tokenizer)
+    with pytest.raises(TypeError, match="token_probs must be a mapping"):
+        probs.dense_probs([("好", 1.0)], tokenizer)

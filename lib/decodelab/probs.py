@@ -7,6 +7,8 @@ Taught in: chapters/01-logits-to-probs.ipynb, chapters/02-temperature.ipynb
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 
@@ -79,3 +81,20 @@ def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     if p.shape != q.shape:
         raise ValueError(f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
     return (torch.xlogy(p, p) - torch.xlogy(p, q)).sum(dim=-1)
+
+
+def dense_probs(token_probs: Mapping[str, float], tokenizer) -> torch.Tensor:
+    """A `{token: probability}` mapping (such as `ToyLanguage.next_token_probs`) as a `[V]` float32 tensor laid out
+    like the tokenizer's vocabulary, zeros elsewhere, so that it sits next to a model's distribution.
+
+    Raises ValueError for a token the tokenizer does not know.
+    """
+    if not isinstance(token_probs, Mapping):
+        raise TypeError(f"token_probs must be a mapping token -> probability, got {type(token_probs).__name__}")
+    out = torch.zeros(len(tokenizer))  # [V]
+    vocab = tokenizer.get_vocab()
+    for token, prob in token_probs.items():
+        if token not in vocab:
+            raise ValueError(f"token_probs holds {token!r}, which is not in the tokenizer's vocabulary")
+        out[vocab[token]] = prob
+    return out
