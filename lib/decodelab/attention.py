@@ -28,9 +28,16 @@ def write_kv(key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: t
     value_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
 
+def visible_keys(context_lens: torch.Tensor, query_positions: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Causal mask [B, Q, num_keys]: query (b, q) sees key j when j <= its position and j < context_lens[b]."""
+    key_positions = torch.arange(num_keys, device=query_positions.device)           # [K]
+    return (key_positions[None, None, :] <= query_positions[:, :, None]) \
+        & (key_positions[None, None, :] < context_lens[:, None, None])              # [B, Q, K]
+
+
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     block_tables: torch.Tensor, context_lens: torch.Tensor, query_positions: torch.Tensor,
-                    scale: float | None = None) -> torch.Tensor:
+                    scale: float | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
     """Causal grouped-query attention of padded queries over K/V reached through block tables.
 
     query:           [B, Q, heads, head_dim]  (Q = longest query run in the batch; shorter runs are padded)
@@ -38,6 +45,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     block_tables:    [B, max_blocks] long, padded with any valid block id
     context_lens:    [B] long, keys each sequence has written (its past plus this step's tokens)
     query_positions: [B, Q] long, absolute position of each query; a query sees keys 0..position
+    visible:         optional [B, Q, max_blocks * block_size] mask from `visible_keys` (a model computes it
+                     once per step and reuses it in every layer)
     returns          [B, Q, heads, head_dim]; rows of padded queries hold garbage and must be dropped
 
     Example (decode, one new token per sequence): Q = 1 and query_positions = context_lens - 1.
@@ -55,14 +64,12 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         raise ValueError(f"block_tables [B={batch}, max_blocks], context_lens [{batch}] and query_positions "
                          f"[{batch}, {num_queries}] expected, got {tuple(block_tables.shape)}, "
                          f"{tuple(context_lens.shape)}, {tuple(query_positions.shape)}")
-    keys = key_cache[block_tables].reshape(batch, -1, num_kv_heads, head_dim)      # [B, K, KVH, D]
-    values = value_cache[block_tables].reshape(batch, -1, num_kv_heads, head_dim)  # [B, K, KVH, D]
-    group = num_heads // num_kv_heads
-    keys = keys.repeat_interleave(group, dim=2)                                    # [B, K, H, D]
-    values = values.repeat_interleave(group, dim=2)
-    key_positions = torch.arange(keys.shape[1], device=query.device)               # [K]
-    visible = (key_positions[None, None, :] <= query_positions[:, :, None]) \
-        & (key_positions[None, None, :] < context_lens[:, None, None])            # [B, Q, K]
+    num_keys = block_tables.shape[1] * block_size
+    keys = key_cache[block_tables].reshape(batch, num_keys, num_kv_heads, head_dim)      # [B, K, KVH, D]
+    values = value_cache[block_tables].reshape(batch, num_keys, num_kv_heads, head_dim)  # [B, K, KVH, D]
+    if visible is None:
+        visible = visible_keys(context_lens, query_positions, num_keys)
+    # enable_gqa lets query head h read kv head h // (heads / kv_heads) without copying K/V per query head
     out = F.scaled_dot_product_attention(query.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                         attn_mask=visible[:, None], scale=scale)  # [B, H, Q, D]
+                                         attn_mask=visible[:, None], scale=scale, enable_gqa=True)  # [B, H, Q, D]
     return out.transpose(1, 2)

@@ -67,6 +67,7 @@ class StepOutput:
     block_tables: dict[int, list[int]]     # seq_id -> block ids, for every running sequence after the step
     live_tokens: int                       # slots holding a token's K/V (shared blocks counted once)
     allocated_slots: int                   # used blocks × block_size
+    num_running: int                       # sequences holding blocks while the step ran
     num_waiting: int
 
 
@@ -155,7 +156,7 @@ class Engine:
         """Schedule, run the model once, sample one token for every scheduled sequence, retire finished ones."""
         plan = self.scheduler.schedule()
         if plan.kind == "idle":
-            return StepOutput("idle", {}, (), (), {}, 0, 0, len(self.scheduler.waiting))
+            return StepOutput("idle", {}, (), (), {}, 0, 0, 0, len(self.scheduler.waiting))
         for src, dst in plan.copies:
             self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
         runs = []
@@ -164,6 +165,7 @@ class Engine:
             runs.append((seq.token_ids[start:], start, seq.new_slots, seq.table.block_ids))
         logits = self.runner.forward(StepBatch.build(runs, self.runner.device), self.kv_cache)  # [B, V]
         live, allocated = self.pool.filled_slots(), self.pool.num_used_blocks * self.block_size
+        num_running = len(self.scheduler.running)
         self._steps += 1
         self._utilization_sum += live / allocated
         num_new = sum(len(s.new_slots) for s in plan.seqs)
@@ -184,7 +186,7 @@ class Engine:
                     finished.append(done)
         tables = {s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}
         return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)}, tuple(s.seq_id for s in plan.preempted),
-                          tuple(finished), tables, live, allocated, len(self.scheduler.waiting))
+                          tuple(finished), tables, live, allocated, num_running, len(self.scheduler.waiting))
 
     def _fork_samples(self, scheduled: list[Sequence]) -> tuple[list[int], list[Sequence]]:
         """After a prompt's prefill, start its n - 1 siblings on the same blocks; they sample from the same row."""

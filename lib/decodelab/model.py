@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from decodelab.attention import paged_attention, write_kv
+from decodelab.attention import paged_attention, visible_keys, write_kv
 from decodelab.kv_cache import model_kv_shape
 
 
@@ -77,12 +77,30 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _linear(x: torch.Tensor, layer) -> torch.Tensor:
-    return F.linear(x, layer.weight, layer.bias)
+def _fused(*layers) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for several linear layers that read the same input: one matmul instead of several."""
+    weight = torch.cat([layer.weight.detach() for layer in layers])                 # [sum of outputs, in]
+    if all(layer.bias is None for layer in layers):
+        return weight, None
+    return weight, torch.cat([layer.bias.detach() if layer.bias is not None
+                              else weight.new_zeros(layer.weight.shape[0]) for layer in layers])
+
+
+@dataclass(frozen=True)
+class _Layer:
+    input_norm: torch.Tensor       # [hidden]
+    qkv: tuple                     # weight [(H + 2 KVH) * D, hidden], bias or None (Qwen2 has biases)
+    out: tuple                     # weight [hidden, H * D], bias or None
+    post_norm: torch.Tensor        # [hidden]
+    gate_up: tuple                 # weight [2 * intermediate, hidden], bias or None
+    down: tuple                    # weight [hidden, intermediate], bias or None
 
 
 class PagedLlama:
-    """Llama/Qwen2 forward over a paged KV cache, sharing the weights of a transformers model.
+    """Llama/Qwen2 forward over a paged KV cache, built from the weights of a transformers model.
+
+    Norms, output projections and embeddings are shared with the transformers model; q/k/v and gate/up are
+    concatenated once into fused copies (one matmul each), so later changes to the transformers weights are not seen.
 
     Example:
         runner = PagedLlama(hf_model)
@@ -104,7 +122,11 @@ class PagedLlama:
         self.max_model_len = config.max_position_embeddings
         self.vocab_size = config.vocab_size
         self.embed = hf_model.model.embed_tokens.weight      # [V, hidden]
-        self.layers = hf_model.model.layers
+        self.layers = [_Layer(layer.input_layernorm.weight, _fused(attn.q_proj, attn.k_proj, attn.v_proj),
+                              (attn.o_proj.weight, attn.o_proj.bias), layer.post_attention_layernorm.weight,
+                              _fused(layer.mlp.gate_proj, layer.mlp.up_proj),
+                              (layer.mlp.down_proj.weight, layer.mlp.down_proj.bias))
+                       for layer in hf_model.model.layers for attn in [layer.self_attn]]
         self.final_norm = hf_model.model.norm.weight         # [hidden]
         self.lm_head = hf_model.get_output_embeddings()
         self.device = self.embed.device
@@ -137,23 +159,26 @@ class PagedLlama:
         sin = (angles.sin() * self.rope_scale).to(self.dtype)[:, None, :]
         hidden = F.embedding(batch.input_ids, self.embed)                          # [T, hidden]
         num_tokens = hidden.shape[0]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        visible = visible_keys(batch.context_lens, batch.query_positions,
+                               batch.block_tables.shape[1] * kv_cache.shape[3])  # [B, Q, K], same in every layer
         for index, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = _rms_norm(hidden, layer.input_layernorm.weight, self.eps)
-            q = _linear(x, attn.q_proj).view(num_tokens, self.num_heads, self.head_dim)     # [T, H, D]
-            k = _linear(x, attn.k_proj).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
-            v = _linear(x, attn.v_proj).view(num_tokens, self.num_kv_heads, self.head_dim)
+            x = _rms_norm(hidden, layer.input_norm, self.eps)
+            q, k, v = F.linear(x, *layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
+            q = q.view(num_tokens, self.num_heads, self.head_dim)                  # [T, H, D]
+            k = k.view(num_tokens, self.num_kv_heads, self.head_dim)               # [T, KVH, D]
+            v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             key_cache, value_cache = kv_cache[index, 0], kv_cache[index, 1]        # [num_blocks, block_size, KVH, D]
             write_kv(key_cache, value_cache, batch.slot_mapping, k, v)
             out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
-                                  batch.context_lens, batch.query_positions)       # [B, Q, H, D]
-            out = out[batch.query_valid].reshape(num_tokens, self.num_heads * self.head_dim)  # [T, H * D]
-            hidden = hidden + _linear(out, attn.o_proj)
-            x = _rms_norm(hidden, layer.post_attention_layernorm.weight, self.eps)
-            mlp = layer.mlp
-            hidden = hidden + _linear(F.silu(_linear(x, mlp.gate_proj)) * _linear(x, mlp.up_proj), mlp.down_proj)
+                                  batch.context_lens, batch.query_positions, visible=visible)  # [B, Q, H, D]
+            out = out[batch.query_valid].reshape(num_tokens, q_size)               # [T, H * D]
+            hidden = hidden + F.linear(out, *layer.out)
+            x = _rms_norm(hidden, layer.post_norm, self.eps)
+            gate, up = F.linear(x, *layer.gate_up).chunk(2, dim=-1)                # [T, intermediate] each
+            hidden = hidden + F.linear(F.silu(gate) * up, *layer.down)
         if not all_logits:
             hidden = hidden[batch.last_index]                                      # [B, hidden]
         hidden = _rms_norm(hidden, self.final_norm, self.eps)

@@ -77,7 +77,7 @@ class BlockPool:
 
     def filled_slots(self) -> int:
         """Slots holding a live token's K/V, counted once per used block however many sequences share it."""
-        return sum(len(self.block_tokens[b]) for b in range(self.num_blocks) if self._ref_counts[b] > 0)
+        return sum(len(tokens) for tokens, refs in zip(self.block_tokens, self._ref_counts) if refs > 0)
 
     # -- allocation ----------------------------------------------------------------------------------------
     def _check_id(self, block_id: int) -> None:

@@ -1,0 +1,222 @@
+"""Serving benchmark: the paged continuous-batching Engine against transformers, on the shipped tiny-zh model.
+
+One run reports
+  1. KV utilization (live tokens / allocated slots, mean over steps) of the paged engine against reserving the
+     model's maximum length per request (the PagedAttention paper's Figure 2 comparison);
+  2. throughput (generated tokens/s) of Engine, of transformers `generate` with static padded batches, and of
+     transformers' own continuous batching `generate_batch`;
+  3. prefill tokens saved by prefix caching when every request shares a system prompt;
+  4. KV blocks saved when n = 4 parallel samples of a long prompt share the prompt's blocks.
+
+    python benchmarks/serving.py [--device cpu|cuda] [--quick]
+
+Writes benchmarks/results/serving.json. Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import numpy as np
+import torch
+
+from decodelab.engine import Engine
+from decodelab.sampling import SamplingParams
+
+RESULTS = Path(__file__).parent / "results" / "serving.json"
+
+
+def load(device: str):
+    """The shipped model, or a random Llama of the same shape when the assets are missing (said in the output)."""
+    try:
+        from decodelab.models import load_model
+        model, _ = load_model("tiny-zh", device=device, dtype="float32")
+        return model, "tiny-zh (shipped)"
+    except (FileNotFoundError, OSError, ValueError, ImportError) as err:
+        from transformers import LlamaForCausalLM
+        from decodelab.train import TrainParams, model_config
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(model_config(4000, TrainParams())).to(device).eval()
+        return model, f"RANDOM Llama of tiny-zh's shape (assets missing: {type(err).__name__})"
+
+
+def workload(num_requests: int, vocab: int, max_len: int, seed: int) -> list[tuple[list[int], int]]:
+    """Heavy-tailed (log-normal) prompt and output lengths, random token prompts, fixed seed."""
+    rng = np.random.default_rng(seed)
+    prompt_lens = np.clip(rng.lognormal(np.log(24), 0.9, num_requests), 4, max_len // 2).astype(int)
+    output_lens = np.clip(rng.lognormal(np.log(20), 0.9, num_requests), 2, max_len // 2).astype(int)
+    return [(rng.integers(3, vocab, p).tolist(), int(o)) for p, o in zip(prompt_lens, output_lens)]
+
+
+def greedy(max_tokens: int, **kwargs) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kwargs)
+
+
+def run_engine(model, requests, batch: int, block_size: int = 16) -> dict:
+    engine = Engine(model, block_size=block_size, max_num_seqs=batch)
+    engine.generate([requests[0][0]], greedy(2))                   # warm-up
+    engine = Engine(model, block_size=block_size, max_num_seqs=batch)
+    for prompt, out in requests:
+        engine.add_request(prompt, greedy(out))
+    paged, reserved = [], []
+    start = time.perf_counter()
+    while engine.has_unfinished():
+        step = engine.step()
+        paged.append(step.live_tokens / step.allocated_slots)
+        reserved.append(step.live_tokens / (step.num_running * engine.max_model_len))
+    seconds = time.perf_counter() - start
+    tokens = sum(out for _, out in requests)
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "steps": engine.stats.steps,
+            "kv_utilization_paged": float(np.mean(paged)), "kv_utilization_reserve_max_len": float(np.mean(reserved)),
+            "preemptions": engine.stats.preemptions}
+
+
+def run_static(model, requests, batch: int) -> dict:
+    """transformers generate, batches of `batch` in arrival order, left-padded, each run to its longest output."""
+    pad = model.config.pad_token_id
+    produced, start = 0, time.perf_counter()
+    for i in range(0, len(requests), batch):
+        chunk = requests[i:i + batch]
+        width = max(len(p) for p, _ in chunk)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in chunk], device=model.device)   # [b, width]
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in chunk], device=model.device)
+        longest = max(out for _, out in chunk)
+        model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=longest, min_new_tokens=longest,
+                       pad_token_id=pad)
+        produced += longest * len(chunk)
+    seconds = time.perf_counter() - start
+    tokens = sum(out for _, out in requests)
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "tokens_computed": produced}
+
+
+def run_generate_batch(model, requests, batch: int) -> dict:
+    """transformers continuous batching; its API takes one max_new_tokens, so every request gets the mean length."""
+    try:
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+    except ImportError as err:
+        return {"error": f"generate_batch needs ContinuousBatchingConfig: {err}"}
+    mean_out = round(float(np.mean([out for _, out in requests])))
+    config = GenerationConfig(max_new_tokens=mean_out, do_sample=False, eos_token_id=None,
+                              pad_token_id=model.config.pad_token_id)
+    cb = ContinuousBatchingConfig(num_blocks=512, block_size=16, max_batch_tokens=512, max_requests_per_batch=batch)
+    try:
+        model.generate_batch([requests[0][0]], config, continuous_batching_config=cb, warmup=False)   # warm-up
+        start = time.perf_counter()
+        outputs = model.generate_batch([p for p, _ in requests], config, continuous_batching_config=cb, warmup=False)
+        seconds = time.perf_counter() - start
+    except Exception as err:  # report, never hide: transformers' CPU path changes between versions
+        return {"error": f"{type(err).__name__}: {err}"[:300]}
+    tokens = sum(len(o.generated_tokens) for o in outputs.values())
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+            "note": f"one max_new_tokens={mean_out} for every request (its API)"}
+
+
+def run_prefix(model, num_requests: int, system_len: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed + 1)
+    vocab = model.config.vocab_size
+    system = rng.integers(3, vocab, system_len).tolist()
+    prompts = [system + rng.integers(3, vocab, int(rng.integers(4, 24))).tolist() for _ in range(num_requests)]
+    result = {"requests": num_requests, "system_prompt_tokens": system_len, "prompt_tokens": sum(map(len, prompts))}
+    outputs = {}
+    for caching in (False, True):
+        engine = Engine(model, block_size=16, max_num_seqs=16, enable_prefix_caching=caching)
+        start = time.perf_counter()
+        outputs[caching] = [o.token_ids for o in engine.generate(prompts, greedy(8))]
+        key = "with_cache" if caching else "without_cache"
+        result[key] = {"prefill_tokens": engine.stats.prefill_tokens, "seconds": time.perf_counter() - start,
+                       "hit_tokens": engine.stats.prefix_cache_hit_tokens}
+    result["same_outputs"] = outputs[True] == outputs[False]
+    result["prefill_saved"] = 1 - result["with_cache"]["prefill_tokens"] / result["without_cache"]["prefill_tokens"]
+    return result
+
+
+def peak_blocks(engine: Engine) -> int:
+    peak = 0
+    while engine.has_unfinished():
+        peak = max(peak, engine.step().allocated_slots // engine.block_size)
+    return peak
+
+
+def run_sharing(model, prompt_len: int, max_tokens: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed + 2)
+    prompt = rng.integers(3, model.config.vocab_size, prompt_len).tolist()
+    shared = Engine(model, block_size=16, enable_prefix_caching=False)
+    shared.add_request(prompt, SamplingParams(temperature=1.0, seed=seed, n=4, max_tokens=max_tokens, ignore_eos=True))
+    separate = Engine(model, block_size=16, enable_prefix_caching=False)
+    for i in range(4):
+        separate.add_request(prompt, SamplingParams(temperature=1.0, seed=seed + i, max_tokens=max_tokens,
+                                                    ignore_eos=True))
+    result = {"prompt_tokens": prompt_len, "max_tokens": max_tokens,
+              "peak_blocks_shared": peak_blocks(shared), "peak_blocks_separate": peak_blocks(separate)}
+    result["blocks_saved"] = 1 - result["peak_blocks_shared"] / result["peak_blocks_separate"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--quick", action="store_true", help="64 short requests, for a smoke run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads for every contender; the tiny model's matmuls gain nothing from more, and "
+                             "on a shared machine extra threads spin-wait")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda asked for, but torch.cuda.is_available() is False")
+    torch.manual_seed(args.seed)
+    model, model_name = load(args.device)
+    max_len = model.config.max_position_embeddings
+    batch = 32
+    requests = workload(64, model.config.vocab_size, max_len, args.seed)
+    if args.quick:
+        requests = [(p[:32], min(out, 16)) for p, out in requests]
+    engine = run_engine(model, requests, batch)
+    utilization_by_block_size = {size: run_engine(model, requests, batch, size)["kv_utilization_paged"]
+                                 for size in (4, 8)}
+    utilization_by_block_size[16] = engine["kv_utilization_paged"]
+    static = run_static(model, requests, batch)
+    cont = run_generate_batch(model, requests, batch)
+    prefix = run_prefix(model, 16 if args.quick else 64, 96, args.seed)
+    sharing = run_sharing(model, 192, 16 if args.quick else 48, args.seed)
+    results = {"model": model_name, "device": args.device, "quick": args.quick, "threads": args.threads,
+               "torch": torch.__version__,
+               "requests": len(requests), "batch": batch, "engine": engine,
+               "kv_utilization_by_block_size": utilization_by_block_size, "static_generate": static,
+               "generate_batch": cont, "prefix_caching": prefix, "n4_sharing": sharing,
+               "speedup_vs_static": engine["tokens_per_s"] / static["tokens_per_s"]}
+    rows = [
+        ("model", model_name),
+        ("workload", f"{len(requests)} requests, prompts {min(len(p) for p, _ in requests)}-"
+                     f"{max(len(p) for p, _ in requests)} tokens, outputs {min(o for _, o in requests)}-"
+                     f"{max(o for _, o in requests)} tokens (log-normal)"),
+        ("KV utilization, paged engine", ", ".join(f"{u:.1%} (block size {size})" for size, u in
+                                                   sorted(utilization_by_block_size.items())) + "  (target >= 95%)"),
+        ("KV utilization, reserve max length", f"{engine['kv_utilization_reserve_max_len']:.1%}"),
+        ("Engine tokens/s", f"{engine['tokens_per_s']:.0f}  ({engine['steps']} steps)"),
+        ("transformers generate, static batches, tokens/s", f"{static['tokens_per_s']:.0f}"),
+        ("transformers generate_batch, tokens/s", f"{cont['tokens_per_s']:.0f}  ({cont['note']})"
+         if "tokens_per_s" in cont else cont["error"]),
+        ("Engine / static generate", f"{results['speedup_vs_static']:.2f}x  (target >= 2x)"),
+        ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
+                                           f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
+                                           f"same outputs: {prefix['same_outputs']}"),
+        ("n = 4 samples: peak KV blocks", f"{sharing['peak_blocks_separate']} separate -> {sharing['peak_blocks_shared']} "
+                                          f"shared, saved {sharing['blocks_saved']:.1%}  (target >= 50%)"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
