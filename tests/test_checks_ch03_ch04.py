@@ -1,0 +1,139 @@
+"""The exercise checks of chapters 03 and 04 accept a right answer and name the mistake in a wrong one."""
+import re
+
+import pytest
+import torch
+
+from decodelab.checks import CheckFailed
+from decodelab.checks.ch03 import check_top_k, check_top_p
+from decodelab.sampling import SamplingParams, process_logits
+
+NEG_INF = float("-inf")
+
+
+def _raises_hint(check, fn, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check(fn)
+    assert "通过" not in capsys.readouterr().out
+
+
+# ---- chapter 03: top-p -----------------------------------------------------------------------------------------
+
+def _nucleus(logits, top_p, mass_rule, descending=True, scatter_back=True):
+    probs = logits.softmax(-1)
+    sorted_probs, index = probs.sort(-1, descending=descending)
+    keep_sorted = mass_rule(sorted_probs) < top_p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, index, keep_sorted) if scatter_back else keep_sorted
+    return logits.masked_fill(~keep, NEG_INF)
+
+
+def top_p_right(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1) - s)
+
+
+def top_p_drops_crossing(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1))
+
+
+def top_p_ascending(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1) - s, descending=False)
+
+
+def top_p_no_scatter(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1) - s, scatter_back=False)
+
+
+def top_p_unsorted(logits, top_p):
+    probs = logits.softmax(-1)
+    return logits.masked_fill(probs.cumsum(-1) - probs >= top_p, NEG_INF)
+
+
+def top_p_returns_probs(logits, top_p):
+    filtered = top_p_right(logits, top_p).softmax(-1)
+    return filtered
+
+
+@pytest.mark.parametrize("fn", [
+    top_p_right,
+    lambda x, p: process_logits(x, SamplingParams(top_p=p)),
+    lambda x, p: torch.log_softmax(top_p_right(x, p), dim=-1),  # a constant shift per row is the same distribution
+])
+def test_top_p_accepts_right_answers(fn, capsys):
+    check_top_p(fn)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (top_p_drops_crossing, "越过 p 的那个 token 被你删掉了"),
+    (top_p_ascending, "你保留的是最不可能的那些 token"),
+    (top_p_no_scatter, "你把排好序的结果直接返回了"),
+    (top_p_unsorted, "你在词表原来的顺序上做了 cumsum"),
+    (top_p_returns_probs, "你返回的像是概率"),
+])
+def test_top_p_names_the_mistake(fn, hint, capsys):
+    _raises_hint(check_top_p, fn, hint, capsys)
+
+
+# ---- chapter 03: top-k -----------------------------------------------------------------------------------------
+
+def top_k_right(logits, k):
+    kth = logits.topk(k, dim=-1).values[:, -1:]  # [B, 1]
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_k_no_keepdim(logits, k):  # LLMs-from-scratch's bug: fine for one row, wrong for a batch
+    kth = logits.topk(k, dim=-1).values[:, -1]  # [B]
+    return torch.where(logits < kth, NEG_INF, logits)
+
+
+def top_k_off_by_one(logits, k):
+    kth = logits.sort(-1, descending=True).values[:, min(k, logits.shape[-1] - 1)].unsqueeze(-1)
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_k_strict(logits, k):
+    kth = logits.topk(k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits <= kth, NEG_INF)
+
+
+def top_k_smallest(logits, k):
+    kth = logits.topk(k, dim=-1, largest=False).values[:, -1:]
+    return logits.masked_fill(logits > kth, NEG_INF)
+
+
+def top_k_global(logits, k):
+    return logits.masked_fill(logits < logits.flatten().topk(k).values[-1], NEG_INF)
+
+
+def top_k_zeros(logits, k):
+    kth = logits.topk(k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits < kth, 0.0)
+
+
+@pytest.mark.parametrize("fn", [top_k_right, lambda x, k: process_logits(x, SamplingParams(top_k=k))])
+def test_top_k_accepts_right_answers(fn, capsys):
+    check_top_k(fn)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (top_k_no_keepdim, "keepdim=True"),  # [3, 7] vs [3]: the shape error, turned into a hint by call_student
+    (top_k_off_by_one, "保留了 k+1"),
+    (top_k_strict, "只保留了 k-1"),
+    (top_k_smallest, "你保留的是 logits 最小的 k 个 token"),
+    (top_k_global, "你用了整个 batch 的第 k 大值"),
+    (top_k_zeros, "要设为 -inf（不是 0）"),
+])
+def test_top_k_names_the_mistake(fn, hint, capsys):
+    _raises_hint(check_top_k, fn, hint, capsys)
+
+
+def top_k_no_keepdim_broadcasts(logits, k):
+    """Without keepdim, but with `torch.where` so that [B] broadcasts: only a square batch reveals it."""
+    if logits.shape[0] != logits.shape[1]:
+        return top_k_right(logits, k)
+    return top_k_no_keepdim(logits, k)
+
+
+def test_top_k_without_keepdim_on_a_square_batch_is_named(capsys):
+    _raises_hint(check_top_k, top_k_no_keepdim_broadcasts, "B == V 时不会报错却用错了行", capsys)
