@@ -7,11 +7,14 @@
   source `_static/` folder, whose every .js Jupyter Book adds to every page);
 - points `mathjax_path` at the local MathJax;
 - makes myst-nb load, on pages with widgets, the local require.js, a require config that maps `@jupyter-widgets/*`
-  and `anywidget` to local files, and the local `embed-amd.js`;
+  and `anywidget` to local files, a MathJax 2 shim (below) and the local `embed-amd.js`;
 - copies anywidget's require.js loader (`nbextension/index.js`) out of the installed Python package into the built
   `_static/anywidget/`, so anywidget widgets render from their stored state without a kernel or a CDN.
 
-Without `_offline/` it logs that the pages will use CDN links and leaves Sphinx's and myst-nb's defaults alone.
+Without `_offline/` it logs that the pages will use CDN links and keeps Sphinx's and myst-nb's CDN defaults.
+
+In both cases widget pages also load `book/static/widgets-mathjax-shim.js`: the widget manager typesets labels with
+MathJax 2's `MathJax.Hub.Queue`, which MathJax 3 lacks (an uncaught TypeError on every page with math and widgets).
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ OFFLINE_DIR = "_offline"
 REQUIRED_FILES = ("mathjax/tex-mml-chtml.js", "requirejs/require.js", "widgets/embed-amd.js")
 BOOK_STATIC_DIR = Path(__file__).resolve().parent / "static"
 MATHJAX_PATH = "mathjax/tex-mml-chtml.js"
+MATHJAX_SHIM = "widgets-mathjax-shim.js"
 # Loaded in this order on every page that stores widget state; paths are relative to _build/html/_static/.
-IPYWIDGETS_JS: dict[str, dict[str, str]] = {
+OFFLINE_IPYWIDGETS_JS: dict[str, dict[str, str]] = {
     "requirejs/require.js": {},
     "widgets-require-config.js": {},
+    MATHJAX_SHIM: {},
     "widgets/embed-amd.js": {},
 }
 ANYWIDGET_LOADER_TARGET = Path("_static") / "anywidget" / "index.js"
@@ -53,23 +58,31 @@ def anywidget_loader() -> Path | None:
     return loader if loader.is_file() else None
 
 
+def with_mathjax_shim(cdn_scripts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """myst-nb's CDN widget scripts with the MathJax 2 shim inserted before the last one (embed-amd.js)."""
+    items = list(cdn_scripts.items())
+    return dict([*items[:-1], (MATHJAX_SHIM, {}), *items[-1:]])
+
+
 def configure(app: Sphinx, config: Config) -> None:
     """Wire the local files into the Sphinx and myst-nb configuration when `_offline/` is complete."""
     root = Path(app.confdir)
+    static_paths = list(config.html_static_path)
+    if str(BOOK_STATIC_DIR) not in static_paths:
+        static_paths.append(str(BOOK_STATIC_DIR))
     missing = missing_offline_files(root)
     if missing:
+        config.html_static_path = static_paths
+        config.nb_ipywidgets_js = with_mathjax_shim(config.nb_ipywidgets_js)
         logger.info(
             "offline_assets: %s/ lacks %s; pages will load MathJax and the widget JavaScript from CDNs "
             "(run scripts/fetch_offline_assets.sh to serve them locally)",
             OFFLINE_DIR, ", ".join(missing),
         )
         return
-    static_paths = [*config.html_static_path, OFFLINE_DIR]
-    if str(BOOK_STATIC_DIR) not in static_paths:
-        static_paths.append(str(BOOK_STATIC_DIR))
-    config.html_static_path = static_paths
+    config.html_static_path = [*static_paths, OFFLINE_DIR]
     config.mathjax_path = MATHJAX_PATH
-    config.nb_ipywidgets_js = dict(IPYWIDGETS_JS)
+    config.nb_ipywidgets_js = dict(OFFLINE_IPYWIDGETS_JS)
     logger.info("offline_assets: serving MathJax, require.js and the widget manager from %s/", OFFLINE_DIR)
 
 

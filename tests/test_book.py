@@ -80,7 +80,8 @@ def test_search_index_holds_chinese_words(built_book):
 
 def test_offline_assets_are_served(built_book):
     for name in ("mathjax/tex-mml-chtml.js", "requirejs/require.js", "widgets/embed-amd.js",
-                 "widgets-require-config.js", "anywidget/index.js", "zh-search.js"):
+                 "widgets-require-config.js", "widgets-mathjax-shim.js", "anywidget/index.js",
+                 "zh-search.js"):
         assert (built_book / "_static" / name).is_file(), (
             f"_static/{name} missing from the build: run scripts/fetch_offline_assets.sh (needs npm), then rebuild")
 
@@ -96,6 +97,25 @@ def browser_session(built_book):
             yield browser, base_url
         finally:
             browser.close()
+
+
+WIDGETS_RENDERED_JS = """() => [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')]
+  .every((view) => { const area = view.previousElementSibling;
+                     return area && area.classList.contains('widget-subarea') && area.childElementCount > 0; })"""
+
+
+def unrendered_widgets(page) -> str | None:
+    """None when every widget view stored in the page has been drawn by the embed manager, else a description."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
+    if views == 0:
+        return None
+    try:
+        page.wait_for_function(WIDGETS_RENDERED_JS, timeout=PAGE_TIMEOUT_MS)
+    except PlaywrightTimeout:
+        return f"widgets not drawn from their stored state within {PAGE_TIMEOUT_MS} ms ({views} views on the page)"
+    return None
 
 
 def wait_for_mathjax(page) -> None:
@@ -133,9 +153,10 @@ def test_every_page_renders_offline(browser_session):
         page.goto(base_url + f"{docname}.html", wait_until="load", timeout=PAGE_TIMEOUT_MS)
         page.wait_for_load_state("networkidle", timeout=PAGE_TIMEOUT_MS)
         wait_for_mathjax(page)
+        widgets = unrendered_widgets(page)
         state = page.evaluate(MATH_STATE_JS)
         page.screenshot(path=str(SCREENSHOTS / f"book-{page_label(docname)}.png"), full_page=True)
-        found = problems.summary().splitlines()
+        found = problems.summary().splitlines() + ([widgets] if widgets else [])
         if state["unrendered"]:
             found.append(f"{len(state['unrendered'])} of {state['maths']} math elements not rendered by MathJax: "
                          f"{state['unrendered'][:3]}")
