@@ -1,0 +1,103 @@
+"""decodelab.generate: greedy equals model.generate token for token; stops, streaming, seeds, bad input."""
+import pytest
+import torch
+
+from decodelab.generate import Completion, StepEvent, generate
+from decodelab.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+def random_prompts(count: int, seed: int, vocab: int = 300) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (int(torch.randint(1, 10, (1,), generator=gen)),), generator=gen).tolist()
+            for _ in range(count)]
+
+
+def transformers_greedy(model, prompts, max_tokens, eos=None):
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    kwargs = {} if eos is None else dict(eos_token_id=eos)
+    out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_tokens, pad_token_id=0,
+                         **kwargs)
+    return [row[width:].tolist() for row in out]
+
+
+def test_greedy_batch_with_left_padding_equals_transformers(random_llama):
+    prompts = random_prompts(10, seed=0)
+    expected = transformers_greedy(random_llama, prompts, 12)
+    completions = generate(random_llama, None, prompts, GREEDY)
+    assert [c.token_ids for c in completions] == expected
+    assert all(isinstance(c, Completion) and c.finish_reason == "length" and c.text is None for c in completions)
+    alone = [generate(random_llama, None, [p], GREEDY)[0].token_ids for p in prompts[:3]]
+    assert alone == expected[:3], "a prompt must get the same tokens alone and in a padded batch"
+
+
+def test_eos_and_stop_tokens_end_a_prompt(random_llama):
+    prompts = random_prompts(4, seed=1)
+    free = generate(random_llama, None, prompts, GREEDY)
+    eos = free[0].token_ids[4]  # a token the first prompt produces at step 5
+    random_llama.generation_config.eos_token_id = eos
+    try:
+        with_eos = generate(random_llama, None, prompts, GREEDY)
+        ignoring = generate(random_llama, None, prompts, SamplingParams(temperature=0.0, max_tokens=12,
+                                                                         ignore_eos=True))
+        expected = transformers_greedy(random_llama, prompts, 12, eos=eos)
+    finally:
+        random_llama.generation_config.eos_token_id = 2
+    first_eos = free[0].token_ids.index(eos)
+    assert with_eos[0].token_ids == free[0].token_ids[: first_eos + 1] and with_eos[0].finish_reason == "stop"
+    assert [c.token_ids for c in ignoring] == [c.token_ids for c in free]
+    for completion, reference in zip(with_eos, expected):  # transformers pads after EOS
+        assert completion.token_ids == reference[: len(completion.token_ids)]
+    stop = free[1].token_ids[2]
+    stopped = generate(random_llama, None, prompts[1], SamplingParams(temperature=0.0, max_tokens=12,
+                                                                     stop_token_ids=[stop]))[0]
+    assert stopped.token_ids[-1] == stop and stopped.finish_reason == "stop" and len(stopped.token_ids) <= 3
+
+
+def test_streaming_yields_the_same_tokens_step_by_step(random_llama):
+    prompts = random_prompts(3, seed=2)
+    params = [SamplingParams(temperature=0.0, max_tokens=4), SamplingParams(seed=3, max_tokens=2),
+              SamplingParams(seed=4, top_k=20, max_tokens=5)]
+    events = list(generate(random_llama, None, prompts, params, stream=True))
+    assert all(isinstance(e, StepEvent) for e in events)
+    completions = generate(random_llama, None, prompts, params)
+    for i, completion in enumerate(completions):
+        mine = [e for e in events if e.index == i]
+        assert [e.token_id for e in mine] == completion.token_ids
+        assert [e.finish_reason for e in mine] == [None] * (len(mine) - 1) + ["length"]
+    assert [e.index for e in events[:3]] == [0, 1, 2]  # one event per running prompt per step
+
+
+def test_seeded_sampling_is_reproducible_and_batch_independent(random_llama):
+    prompts = random_prompts(3, seed=3)
+    mine = SamplingParams(temperature=1.0, top_p=0.9, seed=7, max_tokens=8)
+    alone = generate(random_llama, None, [prompts[0]], mine)[0].token_ids
+    together = generate(random_llama, None, prompts, [mine, SamplingParams(max_tokens=3), GREEDY])[0].token_ids
+    assert alone == together
+    assert generate(random_llama, None, [prompts[0]], SamplingParams(seed=8, max_tokens=8))[0].token_ids != alone
+
+
+def test_repetition_penalty_changes_greedy_output(random_llama):
+    prompt = random_prompts(1, seed=4)
+    plain = generate(random_llama, None, prompt, SamplingParams(temperature=0.0, max_tokens=20))[0].token_ids
+    penalised = generate(random_llama, None, prompt, SamplingParams(temperature=0.0, max_tokens=20,
+                                                                    repetition_penalty=3.0))[0].token_ids
+    expected = random_llama.generate(torch.tensor(prompt), do_sample=False, max_new_tokens=20, pad_token_id=0,
+                                     repetition_penalty=3.0)[0, len(prompt[0]):].tolist()
+    assert penalised == expected and penalised != plain
+
+
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    (dict(prompts=[]), ValueError, "prompts"), (dict(prompts=[[1, -2]]), ValueError, r"prompts\[0\]"),
+    (dict(prompts=[[]]), ValueError, "empty"), (dict(prompts=["hi"]), ValueError, "tokenizer"),
+    (dict(params=[GREEDY, GREEDY]), ValueError, "one per prompt"), (dict(params=["x"]), TypeError, r"params\[0\]"),
+    (dict(stream="yes"), ValueError, "stream"),
+])
+def test_generate_rejects_bad_input(random_llama, kwargs, error, pattern):
+    args = dict(prompts=[[4, 5]], params=GREEDY, stream=False)
+    args.update(kwargs)
+    with pytest.raises(error, match=pattern):
+        generate(random_llama, None, args["prompts"], args["params"], stream=args["stream"])
