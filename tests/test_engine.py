@@ -10,7 +10,7 @@ LENGTHS = (1, 2, 3, 5, 8, 13, 16, 17, 21, 30, 33, 47)
 
 
 def hf_greedy(model, prompt, max_tokens):
-    out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=max_tokens,
+    out = model.generate(torch.tensor([prompt], device=model.device), do_sample=False, max_new_tokens=max_tokens,
                          pad_token_id=model.config.pad_token_id)
     return out[0, len(prompt):].tolist()
 
@@ -171,4 +171,18 @@ def test_shipped_model_greedy_equals_transformers(tiny):
         assert out.token_ids == hf_greedy(model, prompt, 24)
         assert out.text == tokenizer.decode(out.token_ids, skip_special_tokens=True)
     assert isinstance(outputs[0], Completion)
+    check_all_free(engine)
+
+
+@pytest.mark.cuda
+def test_greedy_equals_transformers_on_cuda(random_llama, prompts):
+    import copy
+
+    model = copy.deepcopy(random_llama).to("cuda")
+    engine = Engine(model, block_size=4, max_num_seqs=5)
+    outputs = engine.generate(prompts, GREEDY)
+    assert [o.token_ids for o in outputs] == [hf_greedy(model, p, GREEDY.max_tokens) for p in prompts]
+    seeded = SamplingParams(temperature=1.0, seed=3, max_tokens=8, ignore_eos=True)
+    alone = engine.generate([prompts[2]], seeded)[0].token_ids
+    assert engine.generate(prompts[:3], [GREEDY, GREEDY, seeded])[2].token_ids == alone
     check_all_free(engine)
