@@ -65,7 +65,7 @@ def entropy(probs: torch.Tensor) -> torch.Tensor:
     0.6931
     """
     _check_probs("probs", probs)
-    return -torch.xlogy(probs, probs).sum(dim=-1)
+    return 0.0 - torch.xlogy(probs, probs).sum(dim=-1)  # 0.0 - x rather than -x: a certain distribution gives +0.0
 
 
 def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
