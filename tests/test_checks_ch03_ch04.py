@@ -137,3 +137,155 @@ def top_k_no_keepdim_broadcasts(logits, k):
 
 def test_top_k_without_keepdim_on_a_square_batch_is_named(capsys):
     _raises_hint(check_top_k, top_k_no_keepdim_broadcasts, "B == V 时不会报错却用错了行", capsys)
+
+
+# ---- chapter 04: sequence log-probability ----------------------------------------------------------------------
+
+from decodelab.checks.ch04 import check_greedy_with_cache, check_sequence_log_prob  # noqa: E402
+from decodelab.generate import model_step  # noqa: E402
+
+
+def seq_right(logits, ids):
+    log_probs = torch.log_softmax(logits[:, :-1], dim=-1)  # [B, L - 1, V]
+    return log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_product(logits, ids):
+    probs = torch.softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return probs.prod(-1).log()
+
+
+def seq_no_shift(logits, ids):
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_mean(logits, ids):
+    return seq_right(logits, ids) / (ids.shape[1] - 1)
+
+
+def seq_raw_logits(logits, ids):
+    return logits[:, :-1].gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_wrong_dim(logits, ids):
+    return torch.log_softmax(logits, dim=1)[:, :-1].gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_keepdim(logits, ids):
+    return seq_right(logits, ids).unsqueeze(-1)
+
+
+def test_sequence_log_prob_accepts_the_right_answer(capsys):
+    check_sequence_log_prob(seq_right)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (seq_product, "在 log 空间里求和"),
+    (seq_no_shift, "错位了"),
+    (seq_mean, "你求的是平均每个 token 的 log 概率"),
+    (seq_raw_logits, "你直接把 logits 加起来了"),
+    (seq_wrong_dim, "log_softmax 的维度不对"),
+    (lambda x, i: -seq_right(x, i), "符号反了"),
+    (seq_keepdim, "输出形状应为 [2]"),
+])
+def test_sequence_log_prob_names_the_mistake(fn, hint, capsys):
+    _raises_hint(check_sequence_log_prob, fn, hint, capsys)
+
+
+# ---- chapter 04: the greedy loop over a KV cache ---------------------------------------------------------------
+
+def greedy_right(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)  # prefill
+    ids = input_ids
+    for step in range(max_new_tokens):
+        next_token = logits[:, -1, :].argmax(dim=-1, keepdim=True)  # [B, 1]
+        ids = torch.cat([ids, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits, cache = model_step(model, next_token, cache)
+    return ids
+
+
+def greedy_no_cache(model, input_ids, max_new_tokens):
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        logits, _ = model_step(model, ids)
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+def greedy_refeeds_everything(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        logits, cache = model_step(model, ids, cache)
+    return ids
+
+
+def greedy_first_position(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        next_token = logits[:, 0].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, next_token], dim=1)
+        logits, cache = model_step(model, next_token, cache)
+    return ids
+
+
+def greedy_feeds_stale_token(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids, fed = input_ids, input_ids[:, -1:]
+    for _ in range(max_new_tokens):
+        next_token = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, next_token], dim=1)
+        logits, cache = model_step(model, fed, cache)  # keeps feeding the prompt's last token
+    return ids
+
+
+def greedy_no_keepdim(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        next_token = logits[:, -1].argmax(-1)  # [B]
+        ids = torch.cat([ids, next_token], dim=1)
+        logits, cache = model_step(model, next_token, cache)
+    return ids
+
+
+def greedy_new_only(model, input_ids, max_new_tokens):
+    return greedy_right(model, input_ids, max_new_tokens)[:, input_ids.shape[1]:]
+
+
+PROMPTS = torch.tensor([[1, 17, 42, 99, 5], [1, 250, 3, 64, 128]])  # [2, 5] for random_llama (vocab 300)
+
+
+def test_greedy_with_cache_accepts_the_right_answer(random_llama, capsys):
+    check_greedy_with_cache(greedy_right, random_llama, PROMPTS)
+    assert "1 次 prefill（5 个 token）" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (greedy_no_cache, "没有用 KV cache"),
+    (greedy_refeeds_everything, "每一步只送入刚选出的那一个 token"),
+    (greedy_first_position, "取最后一个位置的 logits"),
+    (greedy_feeds_stale_token, "第一个新 token 对了，后面的不对"),
+    (greedy_no_keepdim, "keepdim=True"),
+    (greedy_new_only, "你只返回了新生成的"),
+])
+def test_greedy_with_cache_names_the_mistake(random_llama, fn, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_greedy_with_cache(fn, random_llama, PROMPTS)
+    assert "通过" not in capsys.readouterr().out
+
+
+def test_greedy_with_cache_on_the_shipped_model(capsys):
+    check_greedy_with_cache(greedy_right)
+    assert "通过" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="没有用 KV cache"):
+        check_greedy_with_cache(greedy_no_cache)
+
+
+def test_greedy_check_needs_prompts_with_a_model(random_llama):
+    with pytest.raises(ValueError, match="input_ids must be given with a model of your own, got None"):
+        check_greedy_with_cache(greedy_right, random_llama)
