@@ -66,3 +66,18 @@ def test_rejects_other_models():
         StepBatch.build([])
     with pytest.raises(ValueError, match="one slot per token"):
         StepBatch.build([([1, 2], 0, [0], [0])])
+
+
+def test_llama3_rope_scaling():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    config = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         rope_parameters=rope, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    default = 1.0 / 500000.0 ** (torch.arange(0, 16, 2).float() / 16)
+    assert not torch.allclose(PagedLlama(model).inv_freq, default)    # the scaling really changes the frequencies
+    check_against_hf(model, [list(range(3, 60)), [7] * 40], [8, 9], atol=1e-5)

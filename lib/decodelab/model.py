@@ -113,8 +113,10 @@ class PagedLlama:
         config = getattr(hf_model, "config", None)
         if config is None or not hasattr(hf_model, "model") or not hasattr(hf_model.model, "layers"):
             raise TypeError(f"hf_model must be a transformers LlamaForCausalLM-like model, got {type(hf_model).__name__}")
-        if getattr(config, "model_type", "") not in ("llama", "qwen2", "mistral"):
-            raise ValueError(f"hf_model's model_type must be llama, qwen2 or mistral, got {config.model_type!r}")
+        if getattr(config, "model_type", "") not in ("llama", "qwen2"):
+            raise ValueError(f"hf_model's model_type must be llama or qwen2, got {config.model_type!r}")
+        if getattr(config, "use_sliding_window", False):
+            raise ValueError("hf_model uses sliding-window attention, which this forward does not implement")
         self.config = config
         self.num_layers, self.num_kv_heads, self.head_dim = model_kv_shape(config)
         self.num_heads = config.num_attention_heads
