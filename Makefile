@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-ASSETS_STAMP := _offline/.stamp
+ASSETS_STAMP := _offline/.stamp-offline-assets
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 export HF_HUB_OFFLINE ?= 1
@@ -42,7 +42,7 @@ $(ASSETS_STAMP): scripts/fetch_offline_assets.sh | $(STAMP)
 assets: $(ASSETS_STAMP)
 
 book: venv assets
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/jupyter-book build . -W -n --keep-going --all
 	@echo "Book built: open file://$(CURDIR)/_build/html/index.html (or run: make serve)"
 
 test: venv assets
