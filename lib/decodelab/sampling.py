@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.truncation import METHODS, NEG_INF, Block, min_p_filter, top_k_top_p, typical_filter
+from decodelab.truncation import METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, typical_filter
 
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
 MAX_ABS_PENALTY = 2.0  # frequency / presence penalties, as OpenAI and vLLM allow
@@ -193,10 +193,10 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str):
     untouched = [i for i in random_rows if i not in set(truncate)]
     blocks: list[Block] = []
     if truncate:
-        blocks += top_k_top_p(x[truncate], truncate, [rows[i].top_k for i in truncate],
+        blocks += top_k_top_p(take_rows(x, truncate), truncate, [rows[i].top_k for i in truncate],
                               [rows[i].top_p for i in truncate], method)
     if untouched:
-        blocks.append(Block(untouched, x[untouched], None, [x.shape[1]] * len(untouched)))
+        blocks.append(Block(untouched, take_rows(x, untouched), None, [x.shape[1]] * len(untouched)))
     for block in blocks:
         _min_p_and_typical(block, rows)
     return x, rows, greedy, blocks
@@ -209,7 +209,7 @@ def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
     typical = [j for j, i in enumerate(block.rows) if rows[i].typical_p < 1.0]
     if typical:  # a sort, so only for the rows that ask for it
         index = torch.tensor(typical, device=block.logits.device)
-        filtered = typical_filter(block.logits[index], [rows[block.rows[j]].typical_p for j in typical])
+        filtered = typical_filter(block.logits.index_select(0, index), [rows[block.rows[j]].typical_p for j in typical])
         block.logits = block.logits.index_copy(0, index, filtered)
 
 
@@ -230,11 +230,12 @@ def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[Sampl
     x, _, greedy, blocks = _process(logits, params, output_tokens, method)
     out = torch.full_like(x, NEG_INF)  # [B, V]
     for block in blocks:
-        out[block.rows] = block.dense(x.shape[1])
+        out.index_copy_(0, torch.tensor(block.rows, device=x.device), block.dense(x.shape[1]))
     if greedy:
         index = torch.tensor(greedy, device=x.device)
-        best = x[index].argmax(dim=-1, keepdim=True)  # [G, 1]
-        out[index] = torch.full_like(x[index], NEG_INF).scatter(1, best, x[index].gather(1, best))
+        greedy_x = take_rows(x, greedy)  # [G, V]
+        best = greedy_x.argmax(dim=-1, keepdim=True)  # [G, 1]
+        out.index_copy_(0, index, torch.full_like(greedy_x, NEG_INF).scatter(1, best, greedy_x.gather(1, best)))
     return out
 
 
@@ -270,7 +271,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     tokens = torch.empty(batch, dtype=torch.long, device=x.device)
     if greedy:
         index = torch.tensor(greedy, device=x.device)
-        tokens[index] = x[index].argmax(dim=-1)
+        tokens[index] = take_rows(x, greedy).argmax(dim=-1)
     for block in blocks:
         probs = torch.softmax(block.logits, dim=-1)  # [n, K]
         noise = _exponential_noise(probs, [generators[i] for i in block.rows], block.widths)

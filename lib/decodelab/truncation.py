@@ -46,6 +46,13 @@ class Block:
         return out.scatter(1, self.token_ids, self.logits)
 
 
+def take_rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """`x[rows]` without a copy when `rows` are all rows in order (the common case), else one `index_select`."""
+    if rows == list(range(x.shape[0])):
+        return x
+    return x.index_select(0, torch.tensor(rows, device=x.device))
+
+
 def top_k_top_p(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float], method: str) -> list[Block]:
     """Apply top-k then top-p to `x` (`[n, V]`, the logits of batch rows `rows`); 0 / 1.0 switch a filter off."""
     if method == "sort":
@@ -114,25 +121,25 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
         if not cand:
             break
         width = torch.tensor([widths[i] for i in cand], device=x.device)  # [m]
-        vals, ids = torch.topk(x[cand], max(widths[i] for i in cand), dim=-1)  # [m, K], descending
+        vals, ids = torch.topk(take_rows(x, cand), max(widths[i] for i in cand), dim=-1)  # [m, K], descending
         columns = torch.arange(vals.shape[1], device=x.device)
         vals = vals.masked_fill(columns.unsqueeze(0) >= width.unsqueeze(1), NEG_INF)
         covered = [True] * len(cand)
         if any(top_p[i] < 1.0 for i in cand):
             vals, covered = _top_p_on_candidates(vals, width, [top_k[i] for i in cand], [top_p[i] for i in cand],
-                                                 log_norm[cand] if log_norm is not None else None)
+                                                 take_rows(log_norm, cand) if log_norm is not None else None)
         keep = [j for j in range(len(cand)) if covered[j]]
         if keep:
             if len(keep) < len(cand):
                 index = torch.tensor(keep, device=x.device)
-                vals, ids = vals[index], ids[index]
+                vals, ids = vals.index_select(0, index), ids.index_select(0, index)
             blocks.append(Block([rows[cand[j]] for j in keep], vals, ids, [widths[cand[j]] for j in keep]))
         pending = [cand[j] for j in range(len(cand)) if not covered[j]]
         for i in pending:
             widths[i] = _candidate_width(0, widths[i] + 1, vocab_size)
     if to_sort:
         to_sort.sort()
-        dense = top_k_top_p_sort(x[to_sort], [top_k[i] for i in to_sort], [top_p[i] for i in to_sort])
+        dense = top_k_top_p_sort(take_rows(x, to_sort), [top_k[i] for i in to_sort], [top_p[i] for i in to_sort])
         blocks.append(Block([rows[i] for i in to_sort], dense, None, [vocab_size] * len(to_sort)))
     return blocks
 
