@@ -126,3 +126,17 @@ def test_device_and_dtype_defaults():
 def test_cuda_default_is_bfloat16():
     model, _ = load_model("tiny-zh")
     assert model.device.type == "cuda" and model.dtype == torch.bfloat16
+
+
+def test_build_tokenizer_checks_alphabet():
+    from decodelab.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(["好", "你"])
+    assert tok("你好")["input_ids"] == [1, 4, 5] and tok.decode([1, 4, 5, 2], skip_special_tokens=True) == "你好"
+    assert tok("你x")["input_ids"] == [1, 4, 3]
+    with pytest.raises(ValueError, match="non-empty list"):
+        build_tokenizer([])
+    with pytest.raises(ValueError, match="single non-space characters"):
+        build_tokenizer(["你好"])
+    with pytest.raises(ValueError, match="duplicates"):
+        build_tokenizer(["你", "你"])
