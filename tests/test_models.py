@@ -1,6 +1,4 @@
 """The shipped tiny-zh model: quiet loading, tokenizer round trip, and the quality gate against the true language."""
-import math
-import os
 import re
 import time
 import warnings
