@@ -5,6 +5,15 @@ import torch
 from decodelab.engine import Completion, Engine
 from decodelab.sampling import SamplingParams
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These models are tiny: one thread is faster, and on a shared CPU extra threads spin-wait."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
 LENGTHS = (1, 2, 3, 5, 8, 13, 16, 17, 21, 30, 33, 47)
 
@@ -104,8 +113,10 @@ def test_n_samples_share_prompt_blocks(random_llama, prompts):
 def test_requests_join_between_steps(random_llama, prompts, references):
     engine = Engine(random_llama, block_size=4)
     first = engine.add_request(prompts[3], GREEDY)
-    engine.step()
-    engine.step()
+    prefill = engine.step()                                # 5 prompt tokens in 2 blocks of 4
+    assert (prefill.live_tokens, prefill.allocated_slots, prefill.num_running) == (5, 8, 1)
+    decode = engine.step()
+    assert (decode.live_tokens, decode.allocated_slots) == (6, 8)
     second = engine.add_request(prompts[7], GREEDY)
     assert engine.step().kind == "prefill"
     joint = engine.step()
