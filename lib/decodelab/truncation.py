@@ -5,7 +5,7 @@ Two exact paths for top-k/top-p, chosen by `method`:
 - ``"sort"``, the reference: one ascending sort of the whole vocabulary and the same operations as transformers'
   `TopKLogitsWarper` and `TopPLogitsWarper`.
 - ``"fast"``: no sort of the vocabulary. `torch.topk` takes each row's candidates (its k tokens when top-k is set,
-  otherwise 256 tokens, then 1024, 4096, 16384 while the nucleus does not fit) and top-p runs on those candidates
+  otherwise a power of two from 256 up, started from an estimate and doubled while the nucleus does not fit) and top-p runs on those candidates
   only. A row whose nucleus turns out to be wider than its candidates (flat logits) is sent to the sort path, so the
   result is exact either way; deciding this costs one or two host synchronisations per call, never one per row.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 NEG_INF = float("-inf")
-CANDIDATE_WIDTHS = (256, 1024, 4096, 16384)  # tried in order for rows with top-p alone
+CANDIDATE_WIDTHS = tuple(2**e for e in range(8, 16))  # 256 ... 32768, for rows with top-p alone
 METHODS = ("fast", "sort")
 
 
@@ -103,10 +103,12 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
         bound = p / max_prob
         widest = max([w for w in CANDIDATE_WIDTHS if 4 * w <= vocab_size], default=None)
         if widest is not None:
-            # a pivot near the widest candidate set's last value, read off a strided sample of each row: if the
-            # tokens above it hold less than p, the nucleus is wider still and a full sort is cheaper
+            # a strided sample of each row estimates the nucleus size (where to start) and gives a pivot near the
+            # widest candidate set's last value: if the tokens above it hold less than p, a full sort is cheaper
             stride = max(1, vocab_size // 1024)
             sample = torch.sort(x[:, ::stride], dim=-1, descending=True).values  # [n, ~1024]
+            estimate = ((sample.softmax(dim=-1).cumsum(dim=-1) < p.unsqueeze(1)).sum(dim=-1) + 1) * stride
+            bound = torch.maximum(bound, 1.25 * estimate)
             pivot = sample[:, min(sample.shape[1] - 1, widest // stride)].unsqueeze(1)  # [n, 1]
             mass_above = torch.exp(torch.where(x >= pivot, x, NEG_INF).logsumexp(dim=-1) - log_norm)  # [n]
             bound = torch.where(mass_above < p, math.inf, bound)
@@ -115,33 +117,45 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
     pending = list(range(n))
     to_sort: list[int] = []
     blocks = []
-    while pending:  # each round, rows whose nucleus outgrew their candidates try the next width
+    while pending:  # each round, rows whose nucleus outgrew their candidates try twice as many
         to_sort += [i for i in pending if widths[i] is None]
-        cand = [i for i in pending if widths[i] is not None]
-        if not cand:
-            break
-        width = torch.tensor([widths[i] for i in cand], device=x.device)  # [m]
-        vals, ids = torch.topk(take_rows(x, cand), max(widths[i] for i in cand), dim=-1)  # [m, K], descending
-        columns = torch.arange(vals.shape[1], device=x.device)
-        vals = vals.masked_fill(columns.unsqueeze(0) >= width.unsqueeze(1), NEG_INF)
-        covered = [True] * len(cand)
-        if any(top_p[i] < 1.0 for i in cand):
-            vals, covered = _top_p_on_candidates(vals, width, [top_k[i] for i in cand], [top_p[i] for i in cand],
-                                                 take_rows(log_norm, cand) if log_norm is not None else None)
-        keep = [j for j in range(len(cand)) if covered[j]]
-        if keep:
-            if len(keep) < len(cand):
-                index = torch.tensor(keep, device=x.device)
-                vals, ids = vals.index_select(0, index), ids.index_select(0, index)
-            blocks.append(Block([rows[cand[j]] for j in keep], vals, ids, [widths[cand[j]] for j in keep]))
-        pending = [cand[j] for j in range(len(cand)) if not covered[j]]
-        for i in pending:
+        retry = []
+        groups = [[i for i in pending if top_k[i] > 0]]  # top-k rows share one topk call
+        for group_width in sorted({widths[i] for i in pending if widths[i] is not None and top_k[i] == 0}):
+            groups.append([i for i in pending if widths[i] == group_width and top_k[i] == 0])
+        for group in filter(None, groups):
+            block, uncovered = _candidate_block(x, rows, group, [widths[i] for i in group], top_k, top_p, log_norm)
+            blocks += [block] if block is not None else []
+            retry += uncovered
+        for i in retry:
             widths[i] = _candidate_width(0, widths[i] + 1, vocab_size)
+        pending = sorted(retry)
     if to_sort:
         to_sort.sort()
         dense = top_k_top_p_sort(take_rows(x, to_sort), [top_k[i] for i in to_sort], [top_p[i] for i in to_sort])
         blocks.append(Block([rows[i] for i in to_sort], dense, None, [vocab_size] * len(to_sort)))
     return blocks
+
+
+def _candidate_block(x: torch.Tensor, rows: list[int], group: list[int], widths: list[int], top_k: list[int],
+                     top_p: list[float], log_norm: torch.Tensor | None) -> tuple[Block | None, list[int]]:
+    """Top-k/top-p on the `widths` best candidates of rows `group`; returns the covered rows' block and the rest."""
+    width = torch.tensor(widths, device=x.device)  # [m]
+    vals, ids = torch.topk(take_rows(x, group), max(widths), dim=-1)  # [m, K], descending
+    columns = torch.arange(vals.shape[1], device=x.device)
+    vals = vals.masked_fill(columns.unsqueeze(0) >= width.unsqueeze(1), NEG_INF)
+    covered = [True] * len(group)
+    if any(top_p[i] < 1.0 for i in group):
+        vals, covered = _top_p_on_candidates(vals, width, [top_k[i] for i in group], [top_p[i] for i in group],
+                                             take_rows(log_norm, group) if log_norm is not None else None)
+    keep = [j for j in range(len(group)) if covered[j]]
+    block = None
+    if keep:
+        if len(keep) < len(group):
+            index = torch.tensor(keep, device=x.device)
+            vals, ids = vals.index_select(0, index), ids.index_select(0, index)
+        block = Block([rows[group[j]] for j in keep], vals, ids, [widths[j] for j in keep])
+    return block, [group[j] for j in range(len(group)) if not covered[j]]
 
 
 def _top_p_on_candidates(vals: torch.Tensor, width: torch.Tensor, top_k: list[int], top_p: list[float],
