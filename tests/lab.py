@@ -1,0 +1,231 @@
+"""A JupyterLab server for browser tests, isolated from the user's own Jupyter setup, and helpers that drive it.
+
+`running_lab(root)` starts `.venv/bin/jupyter lab` on `root` with its own config, data, runtime, settings and
+workspace folders under a temporary directory (so no user extension, setting or saved layout leaks in), the news
+popup off, a fixed token and a free local port; it waits until the server answers and stops it afterwards with
+`POST /api/shutdown`, killing it if it does not exit. The kernel is the venv's `python3` kernelspec.
+
+The helpers drive the page the way a student does: the Run menu, the status bar, the cell editor and the keyboard.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent  # the tests run in the venv whose JupyterLab and kernel we test
+JUPYTER = VENV_BIN / "jupyter"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+START_TIMEOUT_S = 90.0
+KERNEL_IDLE = "Python 3 (ipykernel) | Idle"
+NOTIFICATION_SETTINGS = "@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A running JupyterLab: its base URL (ending in '/'), token, served folder and log file."""
+
+    url: str
+    token: str
+    root: Path
+    log: Path
+
+    def tree_url(self, relative: str) -> str:
+        """The URL that opens `relative` (a path under `root`) in JupyterLab."""
+        return f"{self.url}lab/tree/{quote(relative)}?token={self.token}"
+
+    def api(self, path: str, method: str = "GET") -> object:
+        """Call the REST API at `path` (e.g. 'api/kernelspecs'); returns the decoded JSON (None when empty)."""
+        request = urllib.request.Request(f"{self.url}{path}", method=method,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the server's log, for assertion messages."""
+        return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _isolated_env(home: Path) -> dict[str, str]:
+    """Environment with Jupyter's per-user folders under `home`; the venv's share/jupyter is still found."""
+    env = dict(os.environ)
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR"):
+        env[name] = str(home / name.lower())
+    env.pop("JUPYTER_PATH", None)
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _wait_until_up(url: str, token: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with code {process.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            request = urllib.request.Request(f"{url}api/status", headers={"Authorization": f"token {token}"})
+            with urllib.request.urlopen(request, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"jupyter lab did not answer within {START_TIMEOUT_S:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def _stop(lab: Lab, process: subprocess.Popen) -> None:
+    try:
+        lab.api(f"api/shutdown?token={lab.token}", method="POST")
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        pass
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the server and the kernels it started
+        process.wait(timeout=10)
+
+
+@contextmanager
+def running_lab(root: Path) -> Iterator[Lab]:
+    """Run JupyterLab on `root` (an existing folder) until the block ends; yields a `Lab`."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"root must be an existing directory, got {root!s}")
+    if not JUPYTER.is_file():
+        raise RuntimeError(f"{JUPYTER} not found: the tests must run with the venv's python (make test)")
+    with tempfile.TemporaryDirectory(prefix="lab-home-") as home_dir:
+        home = Path(home_dir)
+        settings = home / "user-settings"
+        notification = settings / NOTIFICATION_SETTINGS
+        notification.parent.mkdir(parents=True)
+        notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")
+        (home / "workspaces").mkdir()
+        token = secrets.token_hex(16)
+        port = _free_port()
+        command = [
+            str(JUPYTER), "lab", "--no-browser",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
+            f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
+        ]
+        if os.geteuid() == 0:
+            command.append("--allow-root")
+        log = home / "lab.log"
+        with open(log, "w", encoding="utf-8") as log_file:
+            process = subprocess.Popen(command, cwd=root, env=_isolated_env(home), stdout=log_file,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        lab = Lab(url=f"http://127.0.0.1:{port}/", token=token, root=root, log=log)
+        try:
+            _wait_until_up(lab.url, token, process, log)
+            yield lab
+        finally:
+            _stop(lab, process)
+
+
+# --- Driving the page ---------------------------------------------------------------------------------------
+
+def screenshot(page, name: str) -> Path:
+    """Save a full-window screenshot as _build/screenshots/lab-<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"lab-{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def open_notebook(page, lab: Lab, relative: str, timeout_ms: int = 90_000) -> None:
+    """Open a notebook and wait until its kernel is started and idle (the status bar, not the early indicator)."""
+    page.goto(lab.tree_url(relative))
+    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=timeout_ms)
+    wait_kernel_idle(page, timeout_ms)
+
+
+def wait_kernel_idle(page, timeout_ms: int = 90_000) -> None:
+    page.locator(".jp-StatusBar-Widget", has_text=KERNEL_IDLE).first.wait_for(timeout=timeout_ms)
+
+
+def cells(page):
+    """Locator of the cells of the notebook in the current tab."""
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
+
+
+def execution_count(page, index: int) -> int | None:
+    """The number in the cell's `[n]:` prompt; None while not run or while running (`[*]`)."""
+    text = cells(page).nth(index).locator(".jp-InputPrompt").inner_text()
+    match = re.search(r"\[(\d+)\]", text)
+    return int(match.group(1)) if match else None
+
+
+def run_all(page, timeout_ms: int = 120_000) -> None:
+    """Run menu → Run All Cells, then wait until every code cell has a fresh execution count and the kernel idles.
+
+    A cell tagged `raises-exception` does not stop the run; a cell that raises without the tag does, and then
+    the cells below it keep their old count: this waits for the last cell that ran past the error, so a check cell
+    that fails as intended does not hang the wait.
+    """
+    code = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell")
+    before = [_count_of(code.nth(i)) for i in range(code.count())]
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    last = code.count() - 1
+    deadline = time.monotonic() + timeout_ms / 1000
+    while time.monotonic() < deadline:
+        counts = [_count_of(code.nth(i)) for i in range(code.count())]
+        running = any("[*]" in code.nth(i).locator(".jp-InputPrompt").inner_text() for i in range(code.count()))
+        done = counts[last] is not None and counts[last] != before[last]
+        if done and not running:
+            wait_kernel_idle(page, timeout_ms)
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"Run All did not finish in {timeout_ms / 1000:.0f} s; counts before {before}, now {counts}")
+
+
+def _count_of(cell) -> int | None:
+    match = re.search(r"\[(\d+)\]", cell.locator(".jp-InputPrompt").inner_text())
+    return int(match.group(1)) if match else None
+
+
+def output_text(page, index: int) -> str:
+    """All text in the outputs of cell `index` (stdout, results, and tracebacks)."""
+    return cells(page).nth(index).locator(".jp-OutputArea").inner_text()
+
+
+def set_cell_source(page, index: int, source: str) -> None:
+    """Replace the text of cell `index` as a student does: click into its editor, select all, type the new text.
+
+    The text goes in as one keyboard text input, so CodeMirror neither auto-indents nor auto-closes brackets
+    on top of what is typed."""
+    editor = cells(page).nth(index).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(source)
+    page.keyboard.press("Escape")  # back to command mode
+    typed = editor.inner_text()
+    if typed.strip() != source.strip():
+        raise AssertionError(f"the editor of cell {index} holds {typed!r}, not the text typed ({source!r})")
