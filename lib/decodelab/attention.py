@@ -45,8 +45,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     block_tables:    [B, max_blocks] long, padded with any valid block id
     context_lens:    [B] long, keys each sequence has written (its past plus this step's tokens)
     query_positions: [B, Q] long, absolute position of each query; a query sees keys 0..position
-    visible:         optional [B, Q, max_blocks * block_size] mask from `visible_keys` (a model computes it
-                     once per step and reuses it in every layer)
+    visible:         optional [B, Q, max_blocks * block_size] mask from `visible_keys`, boolean or additive
+                     (0 / -inf); a model computes it once per step and reuses it in every layer
     returns          [B, Q, heads, head_dim]; rows of padded queries hold garbage and must be dropped
 
     Example (decode, one new token per sequence): Q = 1 and query_positions = context_lens - 1.

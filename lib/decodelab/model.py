@@ -164,6 +164,8 @@ class PagedLlama:
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         visible = visible_keys(batch.context_lens, batch.query_positions,
                                batch.block_tables.shape[1] * kv_cache.shape[3])  # [B, Q, K], same in every layer
+        # as an additive mask (0 or -inf) once, so attention does not convert the boolean mask in every layer
+        visible = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(~visible, -torch.inf)
         for index, layer in enumerate(self.layers):
             x = _rms_norm(hidden, layer.input_norm, self.eps)
             q, k, v = F.linear(x, *layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
