@@ -1,0 +1,260 @@
+"""JupyterLab as students and instructors use it, in Debian's Chromium driven by Playwright.
+
+One JupyterLab (tests/lab.py: isolated config, news off, the venv's kernel) serves temporary copies of the
+notebooks, so nothing committed is modified:
+- a student runs a starter exercise, sees the Chinese "not done yet" message, types a plausible wrong answer and
+  gets the hint written for that mistake, types a correct answer and the check passes;
+- an instructor runs a chapter, moves a live widget's slider and presses its button with the keyboard, and the
+  figure and the numbers change (and, for the explorer, the kernel's Python object sees the new value);
+- lecture mode: the chapter with slide metadata renders as a RISE slideshow with the live widget on a slide.
+Screenshots of every step: _build/screenshots/lab-*.png.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from browser import launch_chromium, require_chromium, watch
+from lab import (
+    cells,
+    execution_count,
+    open_notebook,
+    output_text,
+    run_all,
+    running_lab,
+    screenshot,
+    set_cell_source,
+    wait_kernel_idle,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISE = ROOT / "exercises" / "01-logits-to-probs.ipynb"
+EXPLORER_CHAPTER = ROOT / "chapters" / "02-temperature.ipynb"
+STEPPER_CHAPTER = ROOT / "chapters" / "07-paged-attention.ipynb"
+SLIDE_SCRIPT = ROOT / "scripts" / "add_slide_metadata.py"
+TIMEOUT_MS = 60_000
+
+pytestmark = pytest.mark.browser
+
+# exercises/01-logits-to-probs.ipynb: cell 3 holds the TODO `stable_softmax`, cell 4 runs check_stable_softmax.
+TODO_CELL, CHECK_CELL = 3, 4
+NOT_DONE = "函数还没有实现：把 `raise NotImplementedError` 换成你的代码。"
+# The most common mistake: exp without subtracting the max. Right on small logits, nan at logits 1000.
+WRONG_ANSWER = '''def stable_softmax(logits: torch.Tensor) -> torch.Tensor:
+    exps = torch.exp(logits)
+    return exps / exps.sum(dim=-1, keepdim=True)
+'''
+WRONG_HINT = "exp(1000) 在 float32 里溢出成 inf，inf / inf = nan"
+RIGHT_ANSWER = '''def stable_softmax(logits: torch.Tensor) -> torch.Tensor:
+    exps = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    return exps / exps.sum(dim=-1, keepdim=True)
+'''
+PASSED = "通过 ✔ softmax 在 [V] 和 [B, V] 上都正确"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Path:
+    """A folder laid out like the repository (exercises/, chapters/ with its data/), holding copies."""
+    root = tmp_path_factory.mktemp("lab-root")
+    for notebook in (EXERCISE, EXPLORER_CHAPTER, STEPPER_CHAPTER):
+        target = root / notebook.parent.name / notebook.name
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(notebook, target)
+    if (ROOT / "chapters" / "data").is_dir():
+        shutil.copytree(ROOT / "chapters" / "data", root / "chapters" / "data")
+    lecture = root / "lecture"
+    shutil.copytree(root / "chapters", lecture)
+    marked = subprocess.run([sys.executable, str(SLIDE_SCRIPT), str(lecture / EXPLORER_CHAPTER.name)],
+                            capture_output=True, text=True, timeout=60)
+    assert marked.returncode == 0, marked.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def lab(served):
+    with running_lab(served) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture()
+def page(browser, lab):
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="zh-CN")
+    context.set_default_timeout(TIMEOUT_MS)
+    problems = watch(context)
+    page = context.new_page()
+    page.problems = problems
+    yield page
+    context.close()
+
+
+def _assert_no_page_problems(page, lab) -> None:
+    problems = page.problems
+    serious = problems.page_errors + problems.failed_requests + problems.external_requests
+    assert not serious, f"{problems.summary()}\n--- server log ---\n{lab.log_tail()}"
+
+
+def _show(page, locator, name: str) -> None:
+    locator.scroll_into_view_if_needed()
+    screenshot(page, name)
+
+
+def test_student_works_an_exercise(page, lab, served):
+    committed = _sha256(EXERCISE)
+    open_notebook(page, lab, f"exercises/{EXERCISE.name}")
+    run_all(page)
+    check = cells(page).nth(CHECK_CELL)
+    assert NOT_DONE in output_text(page, CHECK_CELL), output_text(page, CHECK_CELL)[-800:]
+    _show(page, check.locator(".jp-OutputArea"), "student-1-not-done")
+
+    set_cell_source(page, TODO_CELL, WRONG_ANSWER)
+    first_run = execution_count(page, CHECK_CELL)
+    run_all(page)
+    assert execution_count(page, CHECK_CELL) > first_run
+    wrong = output_text(page, CHECK_CELL)
+    assert WRONG_HINT in wrong and NOT_DONE not in wrong, wrong[-800:]
+    _show(page, check.locator(".jp-OutputArea"), "student-2-hint")
+
+    set_cell_source(page, TODO_CELL, RIGHT_ANSWER)
+    run_all(page)
+    right = output_text(page, CHECK_CELL)
+    assert PASSED in right and "CheckFailed" not in right, right[-800:]
+    _show(page, check.locator(".jp-OutputArea"), "student-3-passed")
+
+    _assert_no_page_problems(page, lab)
+    assert _sha256(EXERCISE) == committed, "the committed exercise was modified"
+    assert (served / "exercises" / EXERCISE.name).is_file()
+
+
+def _explorer_snapshot(widget) -> dict:
+    return {
+        "stats": widget.locator(".dl-explorer-stats").first.inner_text(),
+        "bars": widget.locator(".dl-explorer-row").evaluate_all(
+            "rows => rows.map(r => [r.dataset.token, r.dataset.prob, r.className,"
+            " r.querySelector('.dl-explorer-bar-after').style.width])"),
+        "temperature": widget.locator('input[data-param="temperature"]').input_value(),
+    }
+
+
+def _kernel_says(page, expression: str) -> str:
+    """Add a cell below the last one, print `expression` in the kernel, return what it printed."""
+    count = cells(page).count()
+    cells(page).nth(count - 1).locator(".jp-InputPrompt").click()  # select the last cell, command mode
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    cells(page).nth(count).wait_for()
+    set_cell_source(page, count, f"print({expression})")
+    cells(page).nth(count).locator(".jp-InputPrompt").click()
+    page.keyboard.press("Shift+Enter")
+    output = cells(page).nth(count).locator(".jp-OutputArea-output")
+    output.first.wait_for()
+    wait_kernel_idle(page)
+    return output_text(page, count).strip()
+
+
+def test_instructor_moves_the_temperature_explorer(page, lab):
+    open_notebook(page, lab, f"chapters/{EXPLORER_CHAPTER.name}")
+    run_all(page, timeout_ms=180_000)
+    widget = page.locator(".dl-explorer").first
+    widget.wait_for()
+    widget.scroll_into_view_if_needed()
+    before = _explorer_snapshot(widget)
+    screenshot(page, "explorer-1-before")
+
+    temperature = widget.locator('input[data-param="temperature"]')
+    temperature.focus()
+    for _ in range(10):  # 10 steps of 0.05: T 1.00 -> 0.50, a sharper distribution
+        page.keyboard.press("ArrowLeft")
+    after_slider = _explorer_snapshot(widget)
+    assert after_slider["temperature"] == "0.5", after_slider["temperature"]
+    assert after_slider["stats"] != before["stats"] and after_slider["bars"] != before["bars"]
+    screenshot(page, "explorer-2-temperature")
+
+    widget.locator('input[data-param="min_p"]').focus()
+    for _ in range(20):  # min-p 0.20, still off: nothing may change yet
+        page.keyboard.press("ArrowRight")
+    assert _explorer_snapshot(widget)["bars"] == after_slider["bars"]
+    widget.locator('input[data-param="use_min_p"]').focus()
+    page.keyboard.press("Space")  # the min-p switch, pressed with the keyboard
+    after_toggle = _explorer_snapshot(widget)
+    kept = [int(n) for n in widget.locator(".dl-explorer-stats").evaluate_all("s => s.map(e => e.dataset.keptCount)")]
+    assert after_toggle["stats"] != after_slider["stats"], "switching min-p on changed no number"
+    assert any("dl-removed" in row[2] for row in after_toggle["bars"]), "min-p 0.2 removed no token"
+    screenshot(page, "explorer-3-min-p")
+
+    said = _kernel_says(page, "explorer.temperature, explorer.use_min_p, explorer.min_p, "
+                              "[s.kept_count for s in explorer.states()]")
+    assert said == f"0.5 True 0.2 {kept}", f"the kernel's explorer disagrees with the page: {said!r} vs {kept}"
+    _assert_no_page_problems(page, lab)
+
+
+def _stepper_snapshot(widget) -> dict:
+    return {
+        "head": widget.locator(".dl-paged-head").inner_text(),
+        "pool": widget.locator(".dl-paged-block").evaluate_all("cells => cells.map(c => c.dataset.ref + ':' + c.innerText)"),
+        "tables": widget.locator(".dl-paged-tables tr").evaluate_all("rows => rows.map(r => r.dataset.blocks)"),
+        "label": widget.locator(".dl-paged-label").inner_text(),
+    }
+
+
+def test_instructor_steps_the_paged_attention_stepper(page, lab):
+    open_notebook(page, lab, f"chapters/{STEPPER_CHAPTER.name}")
+    run_all(page, timeout_ms=180_000)
+    widget = page.locator(".dl-paged").first
+    widget.wait_for()
+    widget.scroll_into_view_if_needed()
+    before = _stepper_snapshot(widget)
+    screenshot(page, "stepper-1-before")
+
+    widget.locator(".dl-paged-slider").focus()
+    page.keyboard.press("ArrowRight")
+    after_slider = _stepper_snapshot(widget)
+    start = int(before["label"].split("/")[0])
+    assert after_slider["label"].startswith(f"{start + 1} /"), after_slider["label"]
+    assert after_slider["head"] != before["head"]
+    screenshot(page, "stepper-2-slider")
+
+    widget.locator(".dl-paged-next").focus()
+    page.keyboard.press("Enter")
+    page.keyboard.press("Space")
+    after_button = _stepper_snapshot(widget)
+    assert after_button["label"].startswith(f"{start + 3} /"), after_button["label"]
+    assert after_button["head"] != after_slider["head"]
+    assert (after_button["pool"], after_button["tables"]) != (before["pool"], before["tables"]), (
+        "three steps later the block pool and block tables look the same")
+    screenshot(page, "stepper-3-next")
+    assert re.search(r"第 \d+ 步", after_button["head"])
+    _assert_no_page_problems(page, lab)
+
+
+def test_lecture_mode_shows_the_live_explorer_on_a_slide(page, lab):
+    open_notebook(page, lab, f"lecture/{EXPLORER_CHAPTER.name}")
+    run_all(page, timeout_ms=180_000)
+    page.locator(".dl-explorer").first.wait_for()
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^View$")).click()
+    page.locator('.lm-Menu-item[data-command="RISE:preview"]').click()
+    frame = page.frame_locator("iframe[src*='rise/']")
+    frame.locator(".reveal .slides").first.wait_for()
+    screenshot(page, "lecture-1-first-slide")
