@@ -9,7 +9,7 @@ Ours gets mixed per-row parameters (temperatures 0.8-1.2, every fourth row seede
 Scenarios: top-k 50 + top-p 0.9 on Gaussian logits (sigma 3); top-p 0.9 alone on logits shaped like a language
 model's (Gaussian, sigma 3: a nucleus of about a hundred tokens); top-p 0.9 alone on flat logits (sigma 1).
 
-    python benchmarks/sampling.py [--device cpu|cuda] [--quick] [--repeats N]
+    python benchmarks/sampling.py [--device cpu|cuda] [--quick] [--repeats N] [--threads N]
 
 Prints a markdown table and writes benchmarks/results/sampling.json. Taught in: chapters/03-strategies.md
 """
@@ -104,7 +104,10 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--quick", action="store_true", help="B in {1, 64}, V = 32k only")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads (default 1: on a shared machine, waiting threads distort the timings)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda asked for, but torch.cuda.is_available() is False")
     batches, vocabs = ([1, 64], [32768]) if args.quick else ([1, 8, 64, 256], [32768, 152064])

@@ -110,7 +110,8 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
             estimate = ((sample.softmax(dim=-1).cumsum(dim=-1) < p.unsqueeze(1)).sum(dim=-1) + 1) * stride
             bound = torch.maximum(bound, 1.25 * estimate)
             pivot = sample[:, min(sample.shape[1] - 1, widest // stride)].unsqueeze(1)  # [n, 1]
-            mass_above = torch.exp(torch.where(x >= pivot, x, NEG_INF).logsumexp(dim=-1) - log_norm)  # [n]
+            probs = torch.exp(x - log_norm.unsqueeze(1))  # [n, V]; exp of finite values only (exp(-inf) is slow)
+            mass_above = (probs * (x >= pivot)).sum(dim=-1)  # [n]
             bound = torch.where(mass_above < p, math.inf, bound)
         bounds = bound.tolist()
     widths = [_candidate_width(k, b, vocab_size) for k, b in zip(top_k, bounds)]
