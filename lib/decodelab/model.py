@@ -1,8 +1,8 @@
 """A minimal Llama-family forward (RMSNorm, RoPE, grouped-query attention, SwiGLU) over the paged KV cache.
 
-It borrows the weights of a transformers `LlamaForCausalLM` or `Qwen2ForCausalLM` (Qwen2 adds q/k/v biases)
-without copying them, and runs any mix of prefill and decode tokens in one call: the tokens of all sequences
-are laid out flat ([T]), each with its position and its slot in the pool.
+It reads the weights of a transformers `LlamaForCausalLM` or `Qwen2ForCausalLM` (Qwen2 adds q/k/v biases)
+and runs any mix of prefill and decode tokens in one call: the tokens of all sequences are laid out flat ([T]),
+each with its position and its slot in the pool.
 
 Taught in: chapters/07-paged-attention.ipynb
 """
