@@ -1,0 +1,351 @@
+"""The PagedAttention stepper: step through recorded engine states (block tables, free queue, ref counts).
+
+`record_frames` drives a real `decodelab.engine.Engine` one step at a time, adding requests when their arrival
+step comes, and stores after every step what the chapter draws: each running sequence's block table, every
+block's ref count and tokens, the free queue in eviction order, the prefix-cache blocks and what happened
+(arrivals, preemptions, copy-on-write, finished requests). `PagedStepper` shows those frames with Prev/Next
+buttons; its ESM (inline below) only draws stored frames, so it works in the static HTML book with no kernel.
+
+Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import anywidget
+import traitlets
+
+from decodelab.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A request that joins the engine just before step `step` (0 = before the first step)."""
+
+    step: int
+    prompt: str | tuple[int, ...]
+    params: SamplingParams
+
+    def __post_init__(self) -> None:
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
+            raise ValueError(f"step must be an int >= 0, got {self.step!r}")
+        if not isinstance(self.params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(self.params).__name__}")
+
+
+def _pool_frame(engine, step: int, kind: str, events: list[str], token_text: Callable[[int], str]) -> dict:
+    pool = engine.pool
+    running = sorted(engine.scheduler.running, key=lambda s: s.seq_id)
+    return {
+        "step": step,
+        "kind": kind,
+        "events": events,
+        "sequences": [{"seq": s.seq_id, "request": s.request_id, "sample": s.sample_index,
+                       "blocks": list(s.table.block_ids), "num_tokens": s.table.num_tokens} for s in running],
+        "ref_counts": pool.ref_counts,
+        "blocks": [[token_text(t) for t in tokens] for tokens in pool.block_tokens],
+        "fill": [len(tokens) for tokens in pool.block_tokens],
+        "free": pool.free_block_ids,
+        "cached": pool.cached_block_ids,
+        "waiting": sorted({s.request_id for s in engine.scheduler.waiting}),
+        "live_tokens": pool.filled_slots(),
+        "allocated_slots": pool.num_used_blocks * pool.block_size,
+    }
+
+
+def record_frames(engine, arrivals: Sequence[Arrival], max_steps: int = 200,
+                  token_text: Callable[[int], str] | None = None) -> list[dict]:
+    """Run `engine` step by step until every request is done; return one frame before the first step and one
+    after each step (JSON-ready dicts, see `_pool_frame`). `token_text` turns a token id into the text shown in
+    a block (default: the engine's tokenizer, else the id).
+
+    Example:
+        frames = record_frames(Engine(model, tok, block_size=4, num_blocks=12),
+                               [Arrival(0, "小明", SamplingParams(temperature=0, max_tokens=6))])
+    Taught in: chapters/07-paged-attention.ipynb
+    """
+    if not arrivals or not all(isinstance(a, Arrival) for a in arrivals):
+        raise ValueError(f"arrivals must be a non-empty list of Arrival, got {arrivals!r}")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+    if engine.has_unfinished() or engine.pool.num_used_blocks:
+        raise ValueError("engine must be idle with an empty pool; create a fresh Engine for the recording")
+    if token_text is None:
+        tokenizer = engine.tokenizer
+        token_text = (lambda t: tokenizer.convert_ids_to_tokens(t)) if tokenizer is not None else str
+    pending = sorted(arrivals, key=lambda a: a.step)
+    frames = [_pool_frame(engine, 0, "start", [], token_text)]
+    step = 0
+    while pending or engine.has_unfinished():
+        if step >= max_steps:
+            raise RuntimeError(f"requests still running after max_steps={max_steps} steps")
+        events = []
+        while pending and pending[0].step <= step:
+            arrival = pending.pop(0)
+            request_id = engine.add_request(list(arrival.prompt) if isinstance(arrival.prompt, tuple)
+                                            else arrival.prompt, arrival.params)
+            extra = f"，n = {arrival.params.n}" if arrival.params.n > 1 else ""
+            events.append(f"请求 {request_id} 到达（max_tokens = {arrival.params.max_tokens}{extra}）")
+        tables_before = {s.seq_id: list(s.table.block_ids) for s in engine.scheduler.running}
+        waiting_before = {s.seq_id for s in engine.scheduler.waiting}
+        output = engine.step()
+        step += 1
+        for seq_id in output.preempted:
+            events.append(f"块不够：序列 {seq_id} 被抢占（preemption），它的块全部释放，稍后重算")
+        running = sorted(engine.scheduler.running, key=lambda s: s.seq_id)
+        first_sample = {s.request_id: s.seq_id for s in running if s.sample_index == 0}
+        for seq in running:
+            before = tables_before.get(seq.seq_id)
+            if seq.seq_id in waiting_before:
+                again = "（抢占后重算）" if len(seq.output_token_ids) > 1 else ""
+                cached = f"，前 {seq.num_cached_tokens} 个来自 prefix cache，不再重算" if seq.num_cached_tokens else ""
+                events.append(f"prefill 序列 {seq.seq_id}（请求 {seq.request_id}）{again}：{seq.table.num_tokens} 个 "
+                              f"token 的 K/V 写进块 {seq.table.block_ids}{cached}")
+            elif before is None:
+                events.append(f"序列 {seq.seq_id} 是请求 {seq.request_id} 的第 {seq.sample_index} 个样本："
+                              f"与序列 {first_sample.get(seq.request_id)} 共享 prompt 的全部块（ref count + 1）")
+            elif len(before) == len(seq.table.block_ids) and before[-1] != seq.table.block_ids[-1]:
+                events.append(f"写时复制（copy-on-write）：序列 {seq.seq_id} 要写共享的块 {before[-1]}，"
+                              f"先把它复制到块 {seq.table.block_ids[-1]}")
+        for done in output.finished:
+            events.append(f"请求 {done.request_id} 完成（{done.finish_reason}），它的块回到 free 队列")
+        frames.append(_pool_frame(engine, step, output.kind, events, token_text))
+    return frames
+
+
+_ESM = r"""
+const KIND = { start: "开始", prefill: "prefill", decode: "decode", idle: "空闲" };
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function hue(request) { return (request * 67 + 200) % 360; }
+
+function drawFrame(body, frame, model) {
+  const blockSize = model.get("block_size");
+  body.replaceChildren();
+  const head = el("div", "dl-paged-head");
+  head.dataset.step = String(frame.step);
+  head.textContent = `第 ${frame.step} 步 · ${KIND[frame.kind] || frame.kind}` +
+    ` · 运行 ${frame.sequences.length} 条序列 · 等待的请求 ${frame.waiting.length ? frame.waiting.join("、") : "无"}` +
+    ` · 槽位利用率 ${frame.allocated_slots ? (100 * frame.live_tokens / frame.allocated_slots).toFixed(0) : "—"}%` +
+    `（${frame.live_tokens} / ${frame.allocated_slots}）`;
+  body.append(head);
+  const events = el("ul", "dl-paged-events");
+  for (const text of frame.events.length ? frame.events : ["（没有请求到达或完成）"]) events.append(el("li", "", text));
+  body.append(events);
+
+  const owner = new Map();
+  for (const seq of frame.sequences) for (const b of seq.blocks) if (!owner.has(b)) owner.set(b, seq.request);
+  body.append(el("div", "dl-paged-caption", "KV block 池（物理块）：颜色 = 所属请求，×n = reference count，灰色 = free"));
+  const pool = el("div", "dl-paged-pool");
+  frame.ref_counts.forEach((ref, b) => {
+    const cell = el("div", "dl-paged-block");
+    cell.dataset.block = String(b);
+    cell.dataset.ref = String(ref);
+    if (ref > 0) {
+      cell.style.background = `hsl(${hue(owner.get(b) ?? 0)}, 70%, 85%)`;
+    } else {
+      cell.classList.add("dl-paged-free");
+      if (frame.cached.includes(b)) cell.classList.add("dl-paged-cached");
+    }
+    const top = el("div", "dl-paged-block-id", `#${b}` + (ref > 1 ? ` ×${ref}` : ""));
+    const slots = el("div", "dl-paged-slots");
+    for (let i = 0; i < blockSize; i++) {
+      const filled = i < frame.fill[b];
+      slots.append(el("span", filled ? "dl-paged-slot dl-paged-slot-used" : "dl-paged-slot",
+                      filled ? frame.blocks[b][i] : ""));
+    }
+    cell.append(top, slots);
+    pool.append(cell);
+  });
+  body.append(pool);
+
+  body.append(el("div", "dl-paged-caption", "block table（逻辑块 → 物理块）"));
+  const tables = el("table", "dl-paged-tables");
+  for (const seq of frame.sequences) {
+    const row = el("tr");
+    row.dataset.seq = String(seq.seq);
+    row.dataset.blocks = seq.blocks.join(",");
+    row.append(el("th", "", `序列 ${seq.seq}（请求 ${seq.request}${seq.sample ? `，样本 ${seq.sample}` : ""}，${seq.num_tokens} 个 token）`));
+    seq.blocks.forEach((b) => {
+      const cell = el("td", "dl-paged-table-cell", String(b));
+      cell.style.background = `hsl(${hue(seq.request)}, 70%, 85%)`;
+      if (frame.ref_counts[b] > 1) cell.classList.add("dl-paged-shared");
+      row.append(cell);
+    });
+    tables.append(row);
+  }
+  if (!frame.sequences.length) tables.append(el("tr", "", "（没有运行中的序列）"));
+  body.append(tables);
+  const free = el("div", "dl-paged-free-queue");
+  free.dataset.free = frame.free.join(",");
+  free.textContent = `free 队列（先分配左边的）：${frame.free.length ? frame.free.join(" → ") : "空"}`;
+  body.append(free);
+}
+
+function render({ model, el: root }) {
+  const box = el("div", "dl-paged");
+  const style = el("style", "", `
+    .dl-paged { font-family: sans-serif; font-size: 13px; max-width: 860px; }
+    .dl-paged.dl-lecture { font-size: 19px; max-width: 1200px; }
+    .dl-paged-controls { display: flex; gap: 8px; align-items: center; margin-bottom: 6px; }
+    .dl-paged-controls button { font-size: inherit; padding: 2px 12px; }
+    .dl-paged-head { font-weight: 600; margin: 4px 0; }
+    .dl-paged-events { margin: 2px 0 6px 1.2em; padding: 0; color: #444; min-height: 3.6em; }
+    .dl-paged-caption { color: #666; margin: 6px 0 3px; }
+    .dl-paged-pool { display: flex; flex-wrap: wrap; gap: 4px; }
+    .dl-paged-block { border: 1px solid #888; border-radius: 3px; padding: 2px 3px; min-width: 4.5em; }
+    .dl-paged-free { background: #eee; color: #999; }
+    .dl-paged-cached { border-style: dashed; }
+    .dl-paged-block-id { font-size: 0.8em; }
+    .dl-paged-slots { display: flex; gap: 1px; }
+    .dl-paged-slot { display: inline-block; min-width: 1.25em; overflow: hidden; height: 1.35em; text-align: center;
+                     border: 1px solid #ccc; background: #fff; line-height: 1.35em; }
+    .dl-paged-slot-used { border-color: #777; }
+    .dl-paged-free .dl-paged-slot { background: #f6f6f6; }
+    .dl-paged-tables { border-collapse: collapse; }
+    .dl-paged-tables th { text-align: left; font-weight: normal; padding-right: 8px; }
+    .dl-paged-table-cell { border: 1px solid #888; min-width: 2em; text-align: center; }
+    .dl-paged-shared { font-weight: 700; text-decoration: underline; }
+    .dl-paged-free-queue { margin-top: 6px; color: #555; }
+  `);
+  const controls = el("div", "dl-paged-controls");
+  const prev = el("button", "dl-paged-prev", "◀ 上一步");
+  const next = el("button", "dl-paged-next", "下一步 ▶");
+  const slider = el("input", "dl-paged-slider");
+  slider.type = "range";
+  slider.min = "0";
+  const label = el("span", "dl-paged-label");
+  controls.append(prev, next, slider, label);
+  const body = el("div", "dl-paged-body");
+  box.append(style, el("div", "dl-paged-title", model.get("title")), controls, body);
+  root.append(box);
+
+  const redraw = () => {
+    const frames = model.get("frames");
+    const index = Math.max(0, Math.min(model.get("index"), frames.length - 1));
+    box.classList.toggle("dl-lecture", model.get("lecture"));
+    slider.max = String(frames.length - 1);
+    slider.value = String(index);
+    label.textContent = `${index} / ${frames.length - 1}`;
+    prev.disabled = index === 0;
+    next.disabled = index === frames.length - 1;
+    drawFrame(body, frames[index], model);
+  };
+  const go = (index) => { model.set("index", index); model.save_changes(); redraw(); };
+  prev.addEventListener("click", () => go(Math.max(0, model.get("index") - 1)));
+  next.addEventListener("click", () => go(Math.min(model.get("frames").length - 1, model.get("index") + 1)));
+  slider.addEventListener("input", () => go(parseInt(slider.value, 10)));
+  const names = ["frames", "index", "lecture", "block_size", "title"];
+  for (const name of names) model.on(`change:${name}`, redraw);
+  redraw();
+  return () => { for (const name of names) model.off(`change:${name}`, redraw); };
+}
+
+export default { render };
+"""
+
+
+class PagedStepper(anywidget.AnyWidget):
+    """Prev/Next through frames recorded by `record_frames`: the block pool, block tables and free queue.
+
+    >>> PagedStepper(frames, block_size=4, index=3)
+    PagedStepper(frames=14, index=3, block_size=4, lecture=False)
+
+    Taught in: chapters/07-paged-attention.ipynb
+    """
+
+    _esm = _ESM
+
+    frames = traitlets.List(traitlets.Dict()).tag(sync=True)
+    index = traitlets.Int(0).tag(sync=True)
+    block_size = traitlets.Int(4).tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    lecture = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, frames: Sequence[Mapping], *, block_size: int, index: int = 0, title: str = "",
+                 lecture: bool = False) -> None:
+        if not frames:
+            raise ValueError("frames must hold at least one frame (see record_frames), got none")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(frames):
+            raise ValueError(f"index must be an int in [0, {len(frames)}), got {index!r}")
+        missing = {"step", "sequences", "ref_counts", "free", "fill", "blocks"} - set(frames[0])
+        if missing:
+            raise ValueError(f"frames must come from record_frames; the first frame lacks {sorted(missing)}")
+        super().__init__(frames=[dict(f) for f in frames], block_size=block_size, index=index, title=title,
+                         lecture=bool(lecture))
+
+    def frame(self) -> dict:
+        """The frame shown now."""
+        return self.frames[self.index]
+
+    def __repr__(self) -> str:
+        return (f"PagedStepper(frames={len(self.frames)}, index={self.index}, block_size={self.block_size}, "
+                f"lecture={self.lecture})")
+
+
+def draw_block_tables(frame: Mapping, block_size: int, ax=None):
+    """Draw one frame as the PagedAttention paper's Figure 4: each sequence's logical blocks on the left,
+    the physical block pool on the right, a line from every logical block to the physical block it maps to.
+
+    Returns the matplotlib Axes. Taught in: chapters/07-paged-attention.ipynb
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from decodelab.plotting import use_cjk_font
+
+    use_cjk_font()
+    if "sequences" not in frame or "ref_counts" not in frame:
+        raise ValueError("frame must come from record_frames (keys 'sequences' and 'ref_counts')")
+    sequences, num_blocks = frame["sequences"], len(frame["ref_counts"])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.55 * max(num_blocks, 2 * len(sequences) + 1) + 0.8))
+    owner: dict[int, int] = {}
+    for seq in sequences:
+        for block_id in seq["blocks"]:
+            owner.setdefault(block_id, seq["request"])
+
+    def box(x: float, y: float, tokens: list[str], color: str, label: str, label_right: bool = False) -> None:
+        if label_right:
+            ax.text(x + block_size + 0.15, y + 0.4, label, ha="left", va="center", fontsize=9)
+        else:
+            ax.text(x - 0.15, y + 0.4, label, ha="right", va="center", fontsize=9)
+        for i in range(block_size):
+            ax.add_patch(Rectangle((x + i, y), 1, 0.8, facecolor=color if i < len(tokens) else "white",
+                                   edgecolor="0.4"))
+            if i < len(tokens):
+                ax.text(x + i + 0.5, y + 0.4, tokens[i], ha="center", va="center", fontsize=8)
+
+    right = block_size + 5
+    for b in range(num_blocks):
+        y = num_blocks - 1 - b
+        ref = frame["ref_counts"][b]
+        color = f"C{owner[b] % 10}" if ref else "0.92"
+        tokens = frame["blocks"][b] if ref else []
+        box(right, y, tokens, color, f"#{b}" + (f" ×{ref}" if ref > 1 else "") + ("" if ref else " free"), True)
+    row = num_blocks - 1
+    for seq in sequences:
+        tokens = [t for b in seq["blocks"] for t in frame["blocks"][b]][: seq["num_tokens"]]
+        ax.text(-0.2, row + 0.4, f"序列 {seq['seq']}", ha="right", va="center", fontsize=9)
+        for k, block_id in enumerate(seq["blocks"]):
+            y = row - k
+            chunk = tokens[k * block_size:(k + 1) * block_size]
+            box(1.6, y, chunk, f"C{seq['request'] % 10}", f"逻辑块 {k}")
+            ax.annotate("", xy=(right - 0.1, num_blocks - 1 - block_id + 0.4), xytext=(1.6 + block_size + 0.1, y + 0.4),
+                        arrowprops={"arrowstyle": "->", "color": f"C{seq['request'] % 10}", "lw": 1.0})
+        row -= len(seq["blocks"]) + 1
+    ax.set_xlim(-2.5, right + block_size + 3)
+    ax.set_ylim(min(row, 0) - 0.5, num_blocks + 0.3)
+    ax.text(1.6 + block_size / 2, num_blocks + 0.1, "block table：逻辑块", ha="center", fontsize=10)
+    ax.text(right + block_size / 2, num_blocks + 0.1, "物理块（KV block 池）", ha="center", fontsize=10)
+    ax.axis("off")
+    return ax
