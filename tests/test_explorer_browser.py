@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from browser import launch_chromium, require_chromium, serve_directory, watch
+from test_book import built_book  # noqa: F401 - the session fixture that builds the book (see the report to the lead)
 from decodelab.widgets.explorer import DistributionExplorer, ExplorerParams, explorer_state, make_context
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,17 +102,19 @@ def move_temperature(page, presses: int, key: str) -> None:
         slider.press(key)
 
 
-def expected_shown(widget: DistributionExplorer, panel: int, params: ExplorerParams) -> dict[str, float]:
-    context = widget.contexts[panel]
+def expected_shown(context: dict, num_bars: int, params: ExplorerParams) -> dict[str, float]:
     state = explorer_state(context["logits"], params)
-    order = np.argsort(-np.asarray(context["logits"]), kind="stable")[: widget.num_bars]
+    order = np.argsort(-np.asarray(context["logits"]), kind="stable")[:num_bars]
     return {context["tokens"][i]: float(state.final_probs[i]) for i in order}
 
 
-def assert_shows(page, widget: DistributionExplorer, params: ExplorerParams) -> None:
-    for panel in range(len(widget.contexts)):
+def assert_shows(page, widget: DistributionExplorer | dict, params: ExplorerParams) -> None:
+    """The bars show what explorer_state computes; `widget` is the widget or its saved state."""
+    contexts = widget["contexts"] if isinstance(widget, dict) else widget.contexts
+    num_bars = widget["num_bars"] if isinstance(widget, dict) else widget.num_bars
+    for panel, context in enumerate(contexts):
         shown = shown_probs(page, panel)
-        expected = expected_shown(widget, panel, params)
+        expected = expected_shown(context, num_bars, params)
         assert shown.keys() == expected.keys()
         for token, prob in expected.items():
             assert shown[token] == pytest.approx(prob, abs=2e-6), (panel, token, params)
@@ -167,5 +170,40 @@ def test_temperature_slider_redraws_a_standalone_page(browser, standalone_site):
         assert all(int(a) <= int(b) for a, b in zip(kept_after, kept_before)) and kept_after != kept_before
         page.locator('.dl-explorer input[data-param="use_min_p"]').check()
         assert_shows(page, widget, ExplorerParams(temperature=0.5, top_p=0.9, min_p=0.0))  # the min-p slider is at 0
+        page.close()
+    assert not problems.summary(), problems.summary()
+
+
+CHAPTER = "chapters/02-temperature"
+
+
+def saved_explorer_state(html: Path) -> dict:
+    """The DistributionExplorer's saved model state on a built page."""
+    text = html.read_text(encoding="utf-8")
+    marker = '<script type="application/vnd.jupyter.widget-state+json">'
+    start = text.index(marker) + len(marker)
+    state = json.loads(text[start:text.index("</script>", start)])
+    explorers = [model["state"] for model in state["state"].values()
+                 if model["state"].get("_anywidget_id", "").endswith("explorer.DistributionExplorer")]
+    assert len(explorers) == 1, f"expected one DistributionExplorer on {html.name}, found {len(explorers)}"
+    return explorers[0]
+
+
+def test_temperature_slider_redraws_the_chapter_page(browser, built_book):
+    saved = saved_explorer_state(built_book / f"{CHAPTER}.html")
+    start = ExplorerParams(temperature=saved["temperature"], top_k=saved["top_k"], top_p=saved["top_p"])
+    with serve_directory(built_book) as base_url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        problems = watch(page)
+        page.goto(base_url + f"{CHAPTER}.html", timeout=TIMEOUT_MS)
+        page.wait_for_selector(".dl-explorer-row", timeout=TIMEOUT_MS)
+        assert_shows(page, saved, start)
+        widths_before = bar_widths(page)
+        move_temperature(page, 10, "ArrowLeft")  # 0.05 per press
+        colder = ExplorerParams(temperature=round(saved["temperature"] - 0.5, 2), top_k=saved["top_k"],
+                                top_p=saved["top_p"])
+        assert page.locator(".dl-explorer-control-value").first.text_content() == f"{colder.temperature:.2f}"
+        assert bar_widths(page) != widths_before
+        assert_shows(page, saved, colder)
         page.close()
     assert not problems.summary(), problems.summary()
