@@ -3,6 +3,9 @@
 Under CI=true a skipped test fails, except those marked `cuda` (no GPU in CI).
 """
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,3 +55,22 @@ def tiny():
     from decodelab.models import load_model
 
     return load_model("tiny-zh", device="cpu")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Fetch the offline JavaScript and build the whole book once; fail with the log's tail on a non-zero exit."""
+    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert fetch.returncode == 0, f"fetch_offline_assets.sh failed:\n{fetch.stdout}\n{fetch.stderr}"
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    # --all: an incremental build does not re-emit the warnings of unchanged pages, so -W would pass after a failure.
+    command = [str(jupyter_book), "build", ".", "-W", "-n", "--keep-going", "--all"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    log = (result.stdout + result.stderr).splitlines()
+    assert result.returncode == 0, f"{' '.join(command)} exited with {result.returncode}:\n" + "\n".join(log[-60:])
+    return ROOT / "_build" / "html"

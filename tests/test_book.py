@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -22,7 +20,6 @@ from browser import launch_chromium, require_chromium, serve_directory, watch
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-BUILD_TIMEOUT_S = 900
 PAGE_TIMEOUT_MS = 30_000
 # LaTeX that MathJax should have replaced: display/inline delimiters, or a TeX command right after a dollar sign.
 RAW_LATEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\(?:frac|sum|begin|end|mathrm|text|left|right|log|exp)\b"
@@ -43,21 +40,6 @@ def toc_pages() -> list[str]:
 
 def page_label(docname: str) -> str:
     return Path(docname).name
-
-
-@pytest.fixture(scope="session")
-def built_book() -> Path:
-    """Fetch the offline JavaScript and build the whole book once; fail with the log's tail on a non-zero exit."""
-    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
-    assert fetch.returncode == 0, f"fetch_offline_assets.sh failed:\n{fetch.stdout}\n{fetch.stderr}"
-    jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    # --all: an incremental build does not re-emit the warnings of unchanged pages, so -W would pass after a failure.
-    command = [str(jupyter_book), "build", ".", "-W", "-n", "--keep-going", "--all"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    log = (result.stdout + result.stderr).splitlines()
-    assert result.returncode == 0, f"{' '.join(command)} exited with {result.returncode}:\n" + "\n".join(log[-60:])
-    return HTML
 
 
 def load_search_index(html: Path) -> dict:

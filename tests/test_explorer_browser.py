@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from browser import launch_chromium, require_chromium, serve_directory, watch
-from test_book import built_book  # noqa: F401 - the session fixture that builds the book (see the report to the lead)
 from decodelab.widgets.explorer import DistributionExplorer, ExplorerParams, explorer_state, make_context
 
 ROOT = Path(__file__).resolve().parent.parent
