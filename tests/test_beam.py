@@ -78,3 +78,15 @@ def test_beam_search_rejects_bad_input(random_llama, kwargs, error, pattern):
     args.update(kwargs)
     with pytest.raises(error, match=pattern):
         beam_search(random_llama, **args)
+
+
+@pytest.mark.parametrize("num_beams, length_penalty, early_stopping, count", [(4, 1.0, False, 10), (3, 0.6, True, 4)])
+def test_beam_search_equals_transformers_on_the_shipped_model(tiny, num_beams, length_penalty, early_stopping, count):
+    model, tokenizer = tiny
+    prompts = ["小明", "今天", "我们", "他", "你", "天气", "小红", "明天", "老师", "我"][:count]
+    for text in prompts:
+        prompt = tokenizer(text, return_tensors="pt")["input_ids"]
+        expected = transformers_beam(model, prompt, num_beams, 12, length_penalty, early_stopping,
+                                     tokenizer.eos_token_id)
+        result = beam_search(model, prompt, num_beams, 12, length_penalty, early_stopping, tokenizer.eos_token_id)
+        assert result.token_ids == expected, text

@@ -101,3 +101,23 @@ def test_generate_rejects_bad_input(random_llama, kwargs, error, pattern):
     args.update(kwargs)
     with pytest.raises(error, match=pattern):
         generate(random_llama, None, args["prompts"], args["params"], stream=args["stream"])
+
+
+TINY_PROMPTS = ["小明", "今天", "我们", "他", "你", "天气", "小红", "明天", "老师", "我"]
+
+
+def test_greedy_on_the_shipped_model_equals_transformers(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(TINY_PROMPTS, padding=True, return_tensors="pt")
+    assert tokenizer.unk_token_id not in batch["input_ids"]
+    out = model.generate(**batch, do_sample=False, max_new_tokens=24)
+    completions = generate(model, tokenizer, TINY_PROMPTS, SamplingParams(temperature=0.0, max_tokens=24))
+    ended = 0
+    for completion, row in zip(completions, out[:, batch["input_ids"].shape[1]:].tolist()):
+        assert completion.token_ids == row[: len(completion.token_ids)]
+        assert all(t == tokenizer.pad_token_id for t in row[len(completion.token_ids):])
+        assert completion.text == tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+        ended += completion.finish_reason == "stop"
+    assert ended > 0, "the shipped model should end some sentences with EOS"
+    streamed = "".join(e.text for e in generate(model, tokenizer, TINY_PROMPTS[0], GREEDY, stream=True))
+    assert streamed == generate(model, tokenizer, TINY_PROMPTS[0], GREEDY)[0].text
