@@ -1,6 +1,6 @@
 """Beam search over a transformers causal LM, step for step the rule of `model.generate(num_beams=...)`.
 
-Each step every running beam proposes its continuations; the best `2 * num_beams` of all beams x vocabulary are kept
+Each step every running beam proposes its continuations; the best `max(2, 1 + #EOS ids) * num_beams` are kept
 (twice as many so that `num_beams` stay running even if the best ones end with EOS). A continuation ending in EOS (or
 reaching `max_tokens`) is a finished hypothesis, scored `sum log p / generated_length ** length_penalty`; only those
 ranked among the first `num_beams` may enter the finished list. The search stops when no running beam can beat the
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import math
 
 import torch
 
@@ -67,7 +69,7 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
         raise ValueError(f"num_beams must be an int >= 1, got {num_beams!r}")
     if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-    if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool) or length_penalty != length_penalty:
+    if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool) or math.isnan(length_penalty):
         raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
     if early_stopping not in (True, False, "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
@@ -104,7 +106,8 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
             for rank in range(num_beams):
                 if bool(hits[rank]):
                     ids = running[beam_of[rank], prompt_len:].tolist() + [int(token[rank])]
-                    finished.append((float(top_scores[rank] / generated_len ** length_penalty), ids))  # float32, as theirs
+                    score = top_scores[rank] / generated_len**length_penalty  # in float32, as transformers
+                    finished.append((float(score), ids))
             finished.sort(key=lambda item: -item[0])  # stable: earlier hypotheses win ties, as topk over the merge
             del finished[num_beams:]
 

@@ -140,7 +140,8 @@ def _token_counts(output_tokens, batch: int, vocab_size: int, device: torch.devi
         ids = output_tokens.to(device=device, dtype=torch.long)
     else:
         if not isinstance(output_tokens, Sequence) or len(output_tokens) != batch:
-            raise ValueError(f"output_tokens must be a [B, T] tensor or {batch} lists of token ids, got {output_tokens!r}")
+            raise ValueError(f"output_tokens must be a [B, T] tensor or {batch} lists of token ids, "
+                             f"got {output_tokens!r}")
         for i, row in enumerate(output_tokens):
             if not isinstance(row, Sequence) or not all(_is_int(t) and t >= 0 for t in row):
                 raise ValueError(f"output_tokens[{i}] must be a list of token ids >= 0, got {row!r}")

@@ -5,9 +5,10 @@ Two exact paths for top-k/top-p, chosen by `method`:
 - ``"sort"``, the reference: one ascending sort of the whole vocabulary and the same operations as transformers'
   `TopKLogitsWarper` and `TopPLogitsWarper`.
 - ``"fast"``: no sort of the vocabulary. `torch.topk` takes each row's candidates (its k tokens when top-k is set,
-  otherwise a power of two from 256 up, started from an estimate and doubled while the nucleus does not fit) and top-p runs on those candidates
-  only. A row whose nucleus turns out to be wider than its candidates (flat logits) is sent to the sort path, so the
-  result is exact either way; deciding this costs one or two host synchronisations per call, never one per row.
+  otherwise a power of two from 256 up, started from an estimate read off a strided sample of the row and doubled while
+  the nucleus does not fit) and top-p runs on those candidates only. A row whose nucleus is wider than a quarter of
+  the vocabulary (flat logits) goes to the sort path, so the result is exact either way. Deciding costs one host
+  synchronisation per round of widening, never one per row.
 
 Results come back as `Block`s, groups of rows sharing one layout: dense (column j is token j) or candidate columns with
 their token ids, so that the sampler draws its noise over a few hundred candidates instead of the whole vocabulary.
@@ -182,7 +183,8 @@ def _top_p_on_candidates(vals: torch.Tensor, width: torch.Tensor, top_k: list[in
 def min_p_filter(logits: torch.Tensor, min_p: list[float]) -> torch.Tensor:
     """Remove tokens whose probability is below `min_p` times the top probability, `[n, K]` -> `[n, K]`."""
     probs = torch.softmax(logits, dim=-1)
-    threshold = torch.tensor(min_p, dtype=logits.dtype, device=logits.device).unsqueeze(1) * probs.amax(-1, keepdim=True)
+    scale = torch.tensor(min_p, dtype=logits.dtype, device=logits.device).unsqueeze(1)  # [n, 1]
+    threshold = scale * probs.amax(-1, keepdim=True)
     return logits.masked_fill(probs < threshold, NEG_INF)
 
 
