@@ -249,8 +249,38 @@ class SupportErrors:
     admitted_mass: float     # the probability sampling gives them (renormalised over the kept tokens)
 
 
+def truncation_errors(kept: torch.Tensor, model_probs: torch.Tensor, true_probs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Row by row, what truncations `kept` (bool `[N, V]`) of `model_probs` `[N, V]` get wrong against `true_probs`
+    `[N, V]`: a dict of `[N]` tensors named as the fields of `SupportErrors`.
+
+    Taught in: chapters/03-strategies.ipynb
+    """
+    for name, t in (("kept", kept), ("model_probs", model_probs), ("true_probs", true_probs)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D tensor [N, V], got {t!r:.60}")
+    if kept.dtype != torch.bool:
+        raise TypeError(f"kept must be a bool tensor, got {kept.dtype}")
+    if not (kept.shape == model_probs.shape == true_probs.shape):
+        raise ValueError(f"kept, model_probs and true_probs must have one shape [N, V], got {tuple(kept.shape)}, "
+                         f"{tuple(model_probs.shape)} and {tuple(true_probs.shape)}")
+    if not bool(kept.any(dim=-1).all()):
+        raise ValueError("kept must keep at least one token in every row, got a row with none")
+    possible = true_probs > 0  # [N, V]
+    renormalised = torch.where(kept, model_probs.double(), 0.0)
+    renormalised = renormalised / renormalised.sum(dim=-1, keepdim=True)
+    dropped, admitted = possible & ~kept, ~possible & kept
+    return {
+        "kept": kept.sum(dim=-1),
+        "possible": possible.sum(dim=-1),
+        "dropped_possible": dropped.sum(dim=-1),
+        "dropped_true_mass": torch.where(dropped, true_probs.double(), 0.0).sum(dim=-1),
+        "admitted_impossible": admitted.sum(dim=-1),
+        "admitted_mass": torch.where(admitted, renormalised, 0.0).sum(dim=-1),
+    }
+
+
 def support_errors(kept: torch.Tensor, model_probs: torch.Tensor, true_probs: torch.Tensor) -> SupportErrors:
-    """Compare a truncation (`kept` bool `[V]`) of `model_probs` `[V]` with the true next-token `true_probs` `[V]`.
+    """Compare one truncation (`kept` bool `[V]`) of `model_probs` `[V]` with the true next-token `true_probs` `[V]`.
 
     >>> support_errors(torch.tensor([True, True, False]), torch.tensor([.5, .3, .2]), torch.tensor([.6, 0., .4]))
     SupportErrors(kept=2, possible=2, dropped_possible=1, dropped_true_mass=0.4, admitted_impossible=1, admitted_mass=0.375)
@@ -260,21 +290,52 @@ def support_errors(kept: torch.Tensor, model_probs: torch.Tensor, true_probs: to
     for name, t in (("kept", kept), ("model_probs", model_probs), ("true_probs", true_probs)):
         if not isinstance(t, torch.Tensor) or t.dim() != 1:
             raise ValueError(f"{name} must be a 1-D tensor [V], got {t!r:.60}")
-    if kept.dtype != torch.bool:
-        raise TypeError(f"kept must be a bool tensor, got {kept.dtype}")
     if not (kept.shape == model_probs.shape == true_probs.shape):
         raise ValueError(f"kept, model_probs and true_probs must have one shape [V], got {tuple(kept.shape)}, "
                          f"{tuple(model_probs.shape)} and {tuple(true_probs.shape)}")
-    if not bool(kept.any()):
-        raise ValueError("kept must keep at least one token, got none")
-    possible = true_probs > 0
-    renormalised = torch.where(kept, model_probs, 0.0).double()
-    renormalised = renormalised / renormalised.sum()
-    return SupportErrors(
-        kept=int(kept.sum()),
-        possible=int(possible.sum()),
-        dropped_possible=int((possible & ~kept).sum()),
-        dropped_true_mass=round(float(true_probs.double()[possible & ~kept].sum()), 6),
-        admitted_impossible=int((~possible & kept).sum()),
-        admitted_mass=round(float(renormalised[~possible & kept].sum()), 6),
+    rows = truncation_errors(kept.unsqueeze(0), model_probs.unsqueeze(0), true_probs.unsqueeze(0))
+    return SupportErrors(**{name: (round(float(v[0]), 6) if v.is_floating_point() else int(v[0]))
+                            for name, v in rows.items()})
+
+
+# ---- everything at once -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TextStats:
+    """The statistics of chapter 03's table for one set of continuations."""
+
+    num_texts: int
+    repetition_rate: float           # share of texts with a loop
+    distinct_2: float                # unique character bigrams / all bigrams
+    self_bleu: float | None          # None for a single text
+    model_perplexity: float          # under the model, continuation (and its end) given the prompt
+    true_log_prob_per_token: float | None  # under the language, over the valid texts only (None: none valid)
+    validity: float                  # share of prompt + continuation that are sentences of the language
+    mean_length: float               # characters per continuation
+
+
+def text_stats(model, tokenizer, lang: ToyLanguage, prompts: Sequence[str], continuations: Sequence[str],
+               ended: Sequence[bool] | None = None) -> TextStats:
+    """All of chapter 03's statistics for continuations of `prompts`; `ended[i]`: continuation i stopped on `</s>`.
+
+    A continuation that did not end is scored without its end and counts as invalid (it is no whole sentence).
+
+    Taught in: chapters/03-strategies.ipynb
+    """
+    prompts = _check_texts(prompts, "prompts")
+    continuations = _check_texts(continuations, "continuations")
+    ended = [True] * len(prompts) if ended is None else list(ended)
+    scores = continuation_log_probs(model, tokenizer, prompts, continuations, ended)
+    true = [true_log_prob(lang, p, c, e) if e else -math.inf for p, c, e in zip(prompts, continuations, ended)]
+    valid = [t > -math.inf for t in true]
+    valid_tokens = sum(len(c) + 1 for c, v in zip(continuations, valid) if v)
+    return TextStats(
+        num_texts=len(continuations),
+        repetition_rate=repetition_rate(continuations),
+        distinct_2=distinct_n(continuations, 2),
+        self_bleu=self_bleu(continuations) if len(continuations) > 1 else None,
+        model_perplexity=perplexity(scores),
+        true_log_prob_per_token=sum(t for t in true if t > -math.inf) / valid_tokens if valid_tokens else None,
+        validity=sum(valid) / len(valid),
+        mean_length=sum(len(c) for c in continuations) / len(continuations),
     )
