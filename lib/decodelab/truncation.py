@@ -95,27 +95,18 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
     n, vocab_size = x.shape
     p_only = [k == 0 and p < 1.0 for k, p in zip(top_k, top_p)]
     bounds = [0.0] * n
-    log_norm = None
-    if any(p_only):
-        log_norm = torch.logsumexp(x, dim=-1)  # [n]
-        max_prob = torch.exp(x.amax(dim=-1) - log_norm)  # [n]
-        p = torch.tensor(top_p, dtype=x.dtype, device=x.device)  # [n]
-        # the nucleus holds at least p / max_prob tokens: a cheap lower bound that skips hopeless candidate sets
-        bound = p / max_prob
-        widest = max([w for w in CANDIDATE_WIDTHS if 4 * w <= vocab_size], default=None)
-        if widest is not None:
-            # a strided sample of each row estimates the nucleus size (where to start) and gives a pivot near the
-            # widest candidate set's last value: if the tokens above it hold less than p, a full sort is cheaper
-            stride = max(1, vocab_size // 1024)
-            sample = torch.sort(x[:, ::stride], dim=-1, descending=True).values  # [n, ~1024]
-            estimate = ((sample.softmax(dim=-1).cumsum(dim=-1) < p.unsqueeze(1)).sum(dim=-1) + 1) * stride
-            bound = torch.maximum(bound, 1.25 * estimate)
-            pivot = sample[:, min(sample.shape[1] - 1, widest // stride)].unsqueeze(1)  # [n, 1]
-            probs = torch.exp(x - log_norm.unsqueeze(1))  # [n, V]; exp of finite values only (exp(-inf) is slow)
-            mass_above = (probs * (x >= pivot)).sum(dim=-1)  # [n]
-            bound = torch.where(mass_above < p, math.inf, bound)
-        bounds = bound.tolist()
+    if any(p_only) and 4 * CANDIDATE_WIDTHS[0] <= vocab_size:
+        # a strided sample of each row estimates the nucleus size: where to start, or (flat logits, a nucleus wider
+        # than a quarter of the vocabulary) that a full sort is cheaper. Only a guess: coverage is checked below.
+        stride = max(1, vocab_size // 512)
+        sample = torch.sort(x[:, ::stride], dim=-1, descending=True).values  # [n, ~512]
+        p = torch.tensor(top_p, dtype=x.dtype, device=x.device).unsqueeze(1)  # [n, 1]
+        bounds = (1.25 * stride * ((sample.softmax(dim=-1).cumsum(dim=-1) < p).sum(dim=-1) + 1)).tolist()
+    elif any(p_only):
+        bounds = [math.inf] * n  # a vocabulary this small is sorted at once
     widths = [_candidate_width(k, b, vocab_size) for k, b in zip(top_k, bounds)]
+    needs_norm = any(p_only[i] and widths[i] is not None for i in range(n))
+    log_norm = torch.logsumexp(x, dim=-1) if needs_norm else None  # [n], for top-p alone over candidates
     pending = list(range(n))
     to_sort: list[int] = []
     blocks = []
