@@ -44,19 +44,22 @@ def per_row_params(batch: int, top_k: int, top_p: float) -> list[SamplingParams]
                            seed=i if i % 4 == 0 else None) for i in range(batch)]
 
 
-def time_call(fn, device: str, repeats: int) -> float:
-    """Median milliseconds per call after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+def time_calls(calls: dict, device: str, repeats: int) -> dict:
+    """Median milliseconds per call of each callable after one warm-up each; the contenders take turns, so a
+    shared machine's load changes hit them alike."""
+    for fn in calls.values():
         fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def run_cell(scenario: str, batch: int, vocab_size: int, device: str, repeats: int) -> dict:
@@ -72,10 +75,10 @@ def run_cell(scenario: str, batch: int, vocab_size: int, device: str, repeats: i
         scores = chain(None, logits)
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1)
 
-    row = {"scenario": scenario, "B": batch, "V": vocab_size,
-           "fast_ms": time_call(lambda: sample(logits, params, generators, method="fast"), device, repeats),
-           "sort_ms": time_call(lambda: sample(logits, params, generators, method="sort"), device, repeats),
-           "transformers_ms": time_call(transformers_call, device, repeats)}
+    row = {"scenario": scenario, "B": batch, "V": vocab_size}
+    row.update(time_calls({"fast_ms": lambda: sample(logits, params, generators, method="fast"),
+                           "sort_ms": lambda: sample(logits, params, generators, method="sort"),
+                           "transformers_ms": transformers_call}, device, repeats))
     row["fast_vs_transformers"] = row["transformers_ms"] / row["fast_ms"]
     row["fast_vs_sort"] = row["sort_ms"] / row["fast_ms"]
     return row
