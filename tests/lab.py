@@ -34,6 +34,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 START_TIMEOUT_S = 90.0
 KERNEL_IDLE = "Python 3 (ipykernel) | Idle"
 NOTIFICATION_SETTINGS = "@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+NOTEBOOK_SETTINGS = "@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,9 @@ class Lab:
     log: Path
 
     def tree_url(self, relative: str) -> str:
-        """The URL that opens `relative` (a path under `root`) in JupyterLab."""
-        return f"{self.url}lab/tree/{quote(relative)}?token={self.token}"
+        """The URL that opens `relative` (a path under `root`) in JupyterLab, in a fresh layout (`reset`): no tab
+        of an earlier test is restored."""
+        return f"{self.url}lab/tree/{quote(relative)}?reset&token={self.token}"
 
     def api(self, path: str, method: str = "GET") -> object:
         """Call the REST API at `path` (e.g. 'api/kernelspecs'); returns the decoded JSON (None when empty)."""
@@ -60,6 +62,12 @@ class Lab:
     def log_tail(self, chars: int = 4000) -> str:
         """The end of the server's log, for assertion messages."""
         return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
+
+
+def shutdown_kernels(lab: Lab) -> None:
+    """Shut down every kernel the server runs (the next test starts its own; CPU is scarce)."""
+    for session in lab.api("api/sessions") or []:
+        lab.api(f"api/sessions/{session['id']}", method="DELETE")
 
 
 def _free_port() -> int:
@@ -124,6 +132,9 @@ def running_lab(root: Path) -> Iterator[Lab]:
         notification = settings / NOTIFICATION_SETTINGS
         notification.parent.mkdir(parents=True)
         notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")
+        # Every cell in the DOM (no windowing), so the test sees all cells and their prompts at once.
+        (settings / NOTEBOOK_SETTINGS).parent.mkdir(parents=True)
+        (settings / NOTEBOOK_SETTINGS).write_text(json.dumps({"windowingMode": "none"}), encoding="utf-8")
         (home / "workspaces").mkdir()
         token = secrets.token_hex(16)
         port = _free_port()
@@ -161,7 +172,7 @@ def screenshot(page, name: str) -> Path:
 def open_notebook(page, lab: Lab, relative: str, timeout_ms: int = 90_000) -> None:
     """Open a notebook and wait until its kernel is started and idle (the status bar, not the early indicator)."""
     page.goto(lab.tree_url(relative))
-    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=timeout_ms)
+    cells(page).first.wait_for(timeout=timeout_ms)
     wait_kernel_idle(page, timeout_ms)
 
 
@@ -182,27 +193,34 @@ def execution_count(page, index: int) -> int | None:
 
 
 def run_all(page, timeout_ms: int = 120_000) -> None:
-    """Run menu → Run All Cells, then wait until every code cell has a fresh execution count and the kernel idles.
+    """Run menu → Run All Cells, then wait until the last code cell has run and no cell is queued (`[*]`).
 
-    A cell tagged `raises-exception` does not stop the run; a cell that raises without the tag does, and then
-    the cells below it keep their old count: this waits for the last cell that ran past the error, so a check cell
-    that fails as intended does not hang the wait.
+    Run All queues every code cell at once (`[*]`), so the last cell showing `[*]` and then a number means the run
+    is over; a cell tagged `raises-exception` does not stop it. Stored counts from a committed run are no sign of
+    completion, which is why the `[*]` is watched (or a changed count, for a run too quick to catch the `[*]`).
     """
     code = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell")
-    before = [_count_of(code.nth(i)) for i in range(code.count())]
+    last = code.nth(code.count() - 1)
+    before = _count_of(last)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-    last = code.count() - 1
+    seen_queued = False
     deadline = time.monotonic() + timeout_ms / 1000
     while time.monotonic() < deadline:
-        counts = [_count_of(code.nth(i)) for i in range(code.count())]
-        running = any("[*]" in code.nth(i).locator(".jp-InputPrompt").inner_text() for i in range(code.count()))
-        done = counts[last] is not None and counts[last] != before[last]
-        if done and not running:
+        prompts = code.locator(".jp-InputPrompt").all_inner_texts()
+        queued = any("[*]" in prompt for prompt in prompts)
+        seen_queued = seen_queued or "[*]" in prompts[-1]
+        now = _count_of(last)
+        if not queued and now is not None and (seen_queued or now != before):
             wait_kernel_idle(page, timeout_ms)
             return
-        time.sleep(0.2)
-    raise TimeoutError(f"Run All did not finish in {timeout_ms / 1000:.0f} s; counts before {before}, now {counts}")
+        if not queued and seen_queued and now is None:  # the run stopped early: an untagged error, or a dead kernel
+            errors = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output[data-mime-type="
+                                  "'application/vnd.jupyter.stderr']").all_inner_texts()
+            raise AssertionError(f"Run All stopped before the last cell; prompts {prompts}; errors:\n"
+                                 + "\n".join(text[-1500:] for text in errors))
+        time.sleep(0.1)
+    raise TimeoutError(f"Run All did not finish in {timeout_ms / 1000:.0f} s; prompts: {prompts}")
 
 
 def _count_of(cell) -> int | None:

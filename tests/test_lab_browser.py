@@ -6,7 +6,7 @@ notebooks, so nothing committed is modified:
   gets the hint written for that mistake, types a correct answer and the check passes;
 - an instructor runs a chapter, moves a live widget's slider and presses its button with the keyboard, and the
   figure and the numbers change (and, for the explorer, the kernel's Python object sees the new value);
-- lecture mode: the chapter with slide metadata renders as a RISE slideshow with the live widget on a slide.
+- lecture mode: setting `lecture=True` on the live explorer from the kernel enlarges it for a room.
 Screenshots of every step: _build/screenshots/lab-*.png.
 """
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from lab import (
     output_text,
     run_all,
     running_lab,
+    shutdown_kernels,
     screenshot,
     set_cell_source,
     wait_kernel_idle,
@@ -37,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 EXERCISE = ROOT / "exercises" / "01-logits-to-probs.ipynb"
 EXPLORER_CHAPTER = ROOT / "chapters" / "02-temperature.ipynb"
 STEPPER_CHAPTER = ROOT / "chapters" / "07-paged-attention.ipynb"
-SLIDE_SCRIPT = ROOT / "scripts" / "add_slide_metadata.py"
 TIMEOUT_MS = 60_000
 
 pytestmark = pytest.mark.browser
@@ -72,11 +70,6 @@ def served(tmp_path_factory) -> Path:
         shutil.copyfile(notebook, target)
     if (ROOT / "chapters" / "data").is_dir():
         shutil.copytree(ROOT / "chapters" / "data", root / "chapters" / "data")
-    lecture = root / "lecture"
-    shutil.copytree(root / "chapters", lecture)
-    marked = subprocess.run([sys.executable, str(SLIDE_SCRIPT), str(lecture / EXPLORER_CHAPTER.name)],
-                            capture_output=True, text=True, timeout=60)
-    assert marked.returncode == 0, marked.stderr
     return root
 
 
@@ -108,6 +101,7 @@ def page(browser, lab):
     page.problems = problems
     yield page
     context.close()
+    shutdown_kernels(lab)
 
 
 def _assert_no_page_problems(page, lab) -> None:
@@ -150,7 +144,7 @@ def test_student_works_an_exercise(page, lab, served):
 
 def _explorer_snapshot(widget) -> dict:
     return {
-        "stats": widget.locator(".dl-explorer-stats").first.inner_text(),
+        "stats": widget.locator(".dl-explorer-stats").first.text_content(),
         "bars": widget.locator(".dl-explorer-row").evaluate_all(
             "rows => rows.map(r => [r.dataset.token, r.dataset.prob, r.className,"
             " r.querySelector('.dl-explorer-bar-after').style.width])"),
@@ -207,15 +201,23 @@ def test_instructor_moves_the_temperature_explorer(page, lab):
     said = _kernel_says(page, "explorer.temperature, explorer.use_min_p, explorer.min_p, "
                               "[s.kept_count for s in explorer.states()]")
     assert said == f"0.5 True 0.2 {kept}", f"the kernel's explorer disagrees with the page: {said!r} vs {kept}"
+
+    font = "e => parseFloat(getComputedStyle(e).fontSize)"
+    normal_size = widget.evaluate(font)
+    _kernel_says(page, "setattr(explorer, 'lecture', True) or explorer.lecture")  # what an instructor types
+    widget.scroll_into_view_if_needed()
+    assert "dl-lecture" in widget.get_attribute("class") and widget.evaluate(font) >= 1.5 * normal_size, (
+        f"lecture=True did not enlarge the live explorer: {normal_size}px -> {widget.evaluate(font)}px")
+    screenshot(page, "explorer-4-lecture")
     _assert_no_page_problems(page, lab)
 
 
 def _stepper_snapshot(widget) -> dict:
     return {
-        "head": widget.locator(".dl-paged-head").inner_text(),
+        "head": widget.locator(".dl-paged-head").text_content(),
         "pool": widget.locator(".dl-paged-block").evaluate_all("cells => cells.map(c => c.dataset.ref + ':' + c.innerText)"),
         "tables": widget.locator(".dl-paged-tables tr").evaluate_all("rows => rows.map(r => r.dataset.blocks)"),
-        "label": widget.locator(".dl-paged-label").inner_text(),
+        "label": widget.locator(".dl-paged-label").text_content(),
     }
 
 
@@ -247,14 +249,3 @@ def test_instructor_steps_the_paged_attention_stepper(page, lab):
     screenshot(page, "stepper-3-next")
     assert re.search(r"第 \d+ 步", after_button["head"])
     _assert_no_page_problems(page, lab)
-
-
-def test_lecture_mode_shows_the_live_explorer_on_a_slide(page, lab):
-    open_notebook(page, lab, f"lecture/{EXPLORER_CHAPTER.name}")
-    run_all(page, timeout_ms=180_000)
-    page.locator(".dl-explorer").first.wait_for()
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^View$")).click()
-    page.locator('.lm-Menu-item[data-command="RISE:preview"]').click()
-    frame = page.frame_locator("iframe[src*='rise/']")
-    frame.locator(".reveal .slides").first.wait_for()
-    screenshot(page, "lecture-1-first-slide")
