@@ -177,3 +177,38 @@ def test_true_log_prob_checks_types(lang):
         M.true_log_prob(lang, "", ["a"])
     with pytest.raises(TypeError, match="ended must be a bool, got int"):
         M.true_log_prob(lang, "", "a", ended=1)
+
+
+def test_truncation_errors_row_by_row_equal_support_errors():
+    gen = torch.Generator().manual_seed(0)
+    model_probs = torch.randn(6, 12, generator=gen).softmax(-1)  # [6, 12]
+    true_probs = torch.where(torch.rand(6, 12, generator=gen) < 0.5, torch.rand(6, 12, generator=gen), 0.0)
+    true_probs[:, 0] = 0.3  # every row has a possible token
+    true_probs = true_probs / true_probs.sum(-1, keepdim=True)
+    kept = model_probs >= model_probs.topk(4, dim=-1).values[:, -1:]  # top-4 per row
+    rows = M.truncation_errors(kept, model_probs, true_probs)
+    for i in range(6):
+        single = M.support_errors(kept[i], model_probs[i], true_probs[i])
+        assert single.kept == int(rows["kept"][i]) == 4
+        assert single.dropped_possible == int(rows["dropped_possible"][i])
+        assert single.admitted_impossible == int(rows["admitted_impossible"][i])
+        assert single.dropped_true_mass == pytest.approx(float(rows["dropped_true_mass"][i]), abs=1e-6)
+        assert single.admitted_mass == pytest.approx(float(rows["admitted_mass"][i]), abs=1e-6)
+        expected_admitted = model_probs[i][kept[i] & (true_probs[i] == 0)].sum() / model_probs[i][kept[i]].sum()
+        assert single.admitted_mass == pytest.approx(float(expected_admitted), abs=1e-6)
+    with pytest.raises(ValueError, match=r"kept must be a 2-D tensor \[N, V\]"):
+        M.truncation_errors(kept[0], model_probs, true_probs)
+    with pytest.raises(ValueError, match="kept must keep at least one token in every row"):
+        M.truncation_errors(torch.zeros_like(kept), model_probs, true_probs)
+
+
+def test_text_stats_of_the_true_language(tiny, lang):
+    model, tok = tiny
+    texts = lang.sample(40, seed=9)
+    stats = M.text_stats(model, tok, lang, [t[:2] for t in texts], [t[2:] for t in texts])
+    assert stats.validity == 1.0 and stats.repetition_rate == 0.0 and stats.num_texts == 40
+    expected = sum(lang.log_prob(t) - M.true_log_prob(lang, "", t[:2], ended=False) for t in texts)
+    assert stats.true_log_prob_per_token == pytest.approx(expected / sum(len(t) - 1 for t in texts))
+    assert 1.0 < stats.model_perplexity < 3.0  # tiny-zh is close to the truth (entropy rate ~0.79 nats)
+    unfinished = M.text_stats(model, tok, lang, ["小明"], ["在公园"], ended=[False])
+    assert unfinished.validity == 0.0 and unfinished.true_log_prob_per_token is None and unfinished.self_bleu is None
