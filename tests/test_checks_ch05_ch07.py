@@ -89,3 +89,127 @@ def test_release_accepts_the_right_answer(capsys):
 def test_release_names_the_mistake(fn, hint):
     with pytest.raises(CheckFailed, match=hint):
         check_release(fn)
+
+
+# ---- chapter 06: KV bytes and sequences that fit -------------------------------------------------------------
+
+from decodelab.checks.ch06 import check_kv_bytes, check_max_sequences  # noqa: E402
+
+
+def kv_right(config, num_tokens, batch_size, dtype_bytes):
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * num_tokens * batch_size * dtype_bytes
+
+
+def kv_no_two(config, num_tokens, batch_size, dtype_bytes):
+    return kv_right(config, num_tokens, batch_size, dtype_bytes) // 2
+
+
+def kv_query_heads(config, num_tokens, batch_size, dtype_bytes):
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_attention_heads * head_dim * num_tokens * batch_size * dtype_bytes
+
+
+def kv_hidden_over_heads(config, num_tokens, batch_size, dtype_bytes):
+    head_dim = config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * num_tokens * batch_size * dtype_bytes
+
+
+def kv_bits(config, num_tokens, batch_size, dtype_bytes):
+    return 8 * kv_right(config, num_tokens, batch_size, dtype_bytes)
+
+
+def kv_no_batch(config, num_tokens, batch_size, dtype_bytes):
+    return kv_right(config, num_tokens, 1, dtype_bytes)
+
+
+def test_kv_bytes_accepts_the_right_answer(capsys):
+    check_kv_bytes(kv_right)
+    from decodelab.kv_cache import kv_cache_bytes, model_kv_shape
+    check_kv_bytes(lambda c, n, b, d: kv_cache_bytes(*model_kv_shape(c), n * b, d))
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (kv_no_two, "少了一半"),
+    (kv_query_heads, "num_key_value_heads"),
+    (kv_hidden_over_heads, "单独给出了 head_dim"),
+    (kv_bits, "比特"),
+    (kv_no_batch, "每条序列"),
+])
+def test_kv_bytes_names_the_mistake(fn, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_kv_bytes(fn)
+
+
+def fit_right(gpu_bytes, weight_bytes, kv_bytes_per_token, seq_len):
+    return max(0, (gpu_bytes - weight_bytes) // (kv_bytes_per_token * seq_len))
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda g, w, k, n: g // (k * n), "先要放下模型权重"),
+    (lambda g, w, k, n: (g - w) / (k * n), "向下取整"),
+    (lambda g, w, k, n: (g - w) // (k * n), "负数"),
+    (lambda g, w, k, n: max(0, -(-(g - w) // (k * n))), "多了 1"),
+])
+def test_max_sequences_names_the_mistake(fn, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_max_sequences(fn)
+
+
+def test_max_sequences_accepts_the_right_answer(capsys):
+    check_max_sequences(fit_right)
+    assert "通过" in capsys.readouterr().out
+
+
+# ---- chapter 05: compounding errors and invalid mass --------------------------------------------------------
+
+import math  # noqa: E402
+
+from decodelab.checks.ch05 import check_invalid_mass, check_survival  # noqa: E402
+
+
+def survival_right(rates):
+    out, alive = [], 1.0
+    for rate in rates:
+        alive *= 1 - rate
+        out.append(alive)
+    return out
+
+
+def test_survival_accepts_the_right_answer(capsys):
+    check_survival(survival_right)
+    check_survival(lambda rates: [math.prod(1 - r for r in rates[:t + 1]) for t in range(len(rates))])
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda rates: [1 - sum(rates[:t + 1]) for t in range(len(rates))], "近似"),
+    (lambda rates: [1.0] + survival_right(rates)[:-1], "错了一位"),
+    (lambda rates: [1.0] + survival_right(rates), "多放了一个 1.0"),
+    (lambda rates: [math.prod(rates[:t + 1]) for t in range(len(rates))], "每一步都出错"),
+    (lambda rates: 0.5, "列表"),
+])
+def test_survival_names_the_mistake(fn, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_survival(fn)
+
+
+def invalid_right(model_probs, true_probs):
+    return sum(p for token, p in model_probs.items() if true_probs.get(token, 0.0) == 0.0)
+
+
+def test_invalid_mass_accepts_the_right_answer(capsys):
+    check_invalid_mass(invalid_right)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda m, t: sum(p for k, p in m.items() if t.get(k, 0.0) > 0), "合法"),
+    (lambda m, t: 0.5 * sum(abs(m.get(k, 0.0) - t.get(k, 0.0)) for k in {*m, *t}), "total variation"),
+    (lambda m, t: sum(p for k, p in m.items() if t.get(k, 0.0) < 0.01), "概率很小|应得"),
+    (lambda m, t: sum(p for k, p in m.items() if k not in t and k != "</s>"), "</s>"),
+])
+def test_invalid_mass_names_the_mistake(fn, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_invalid_mass(fn)

@@ -143,3 +143,34 @@ def test_next_changes_the_block_table_in_the_book(browser, built_book):
         press_through(page, saved["frames"], saved["index"])
         page.close()
     assert not problems.summary(), problems.summary()
+
+
+def test_cost_explorer_esm_mirrors_python(browser):
+    """The cost explorer's browser arithmetic (costState) equals decodelab.widgets.cost.cost_state."""
+    import base64
+
+    from transformers import LlamaConfig
+
+    from decodelab.widgets.cost import GPUS, CostExplorer, cost_state, model_spec
+
+    spec = model_spec("Llama-3-8B", LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                                 num_attention_heads=32, num_key_value_heads=8, vocab_size=128256))
+    cases = [(gpu, batch, context) for gpu in GPUS for batch in (1, 32, 512) for context in (512, 131072)]
+    source = base64.b64encode(CostExplorer([spec])._esm.encode()).decode()
+    page = browser.new_page()
+    problems = watch(page)
+    page.goto("about:blank")
+    results = page.evaluate(
+        """async ([source, model, cases]) => {
+             const module = await import(`data:text/javascript;base64,${source}`);
+             return cases.map(([gpu, batch, context]) => module.costState(model, gpu, batch, context, 2));
+           }""",
+        [source, vars(spec), [[vars(g), b, c] for g, b, c in cases]])
+    page.close()
+    assert not problems.summary(), problems.summary()
+    for (gpu, batch, context), result in zip(cases, results):
+        state = cost_state(spec, gpu, batch, context)
+        assert result["fits"] == state.fits and result["max_batch"] == state.max_batch
+        for name in ("weight_bytes", "kv_bytes", "intensity", "memory_ms", "compute_ms", "step_ms", "tokens_per_s",
+                     "prefill_ms"):
+            assert result[name] == pytest.approx(getattr(state, name), rel=1e-12), name

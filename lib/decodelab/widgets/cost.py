@@ -1,0 +1,284 @@
+"""The prefill/decode cost explorer: memory of weights and KV cache, and a roofline bound on the time of one decode
+step, for a model config, a GPU, a batch size and a context length.
+
+`model_spec` reads the sizes from a transformers config (parameters counted on the meta device, no weights);
+`cost_state` is the arithmetic; the ESM (inline below) repeats it line for line, so the explorer works live in
+JupyterLab and in the static HTML book.
+
+Taught in: chapters/06-prefill-decode-kv-cache.ipynb
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import anywidget
+import traitlets
+
+from decodelab.kv_cache import kv_cache_bytes, model_kv_shape
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The sizes that set a decoder's memory and FLOPs."""
+
+    name: str
+    num_params: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        return kv_cache_bytes(self.num_layers, self.num_kv_heads, self.head_dim, 1, dtype_bytes)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Published peak numbers of one accelerator: memory (GB = 1e9 bytes), bandwidth (TB/s), dense BF16 TFLOP/s."""
+
+    name: str
+    memory_gb: float
+    bandwidth_tb_s: float
+    bf16_tflops: float
+
+
+# Vendors' data sheets (dense BF16 Tensor Core throughput, no sparsity).
+GPUS = (
+    GpuSpec("RTX 4090 (24 GB)", 24.0, 1.008, 165.2),
+    GpuSpec("A100 SXM (80 GB)", 80.0, 2.039, 312.0),
+    GpuSpec("H100 SXM (80 GB)", 80.0, 3.35, 989.0),
+    GpuSpec("H200 (141 GB)", 141.0, 4.8, 989.0),
+)
+
+
+def model_spec(name: str, config) -> ModelSpec:
+    """A ModelSpec from a transformers config; parameters are counted on the meta device (no memory, no weights).
+
+    >>> from transformers import LlamaConfig
+    >>> model_spec("Llama-3-8B", LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+    ...     num_attention_heads=32, num_key_value_heads=8, vocab_size=128256)).num_params
+    8030261248
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty str, got {name!r}")
+    num_layers, num_kv_heads, head_dim = model_kv_shape(config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    num_params = sum(p.numel() for p in model.parameters())  # tied embeddings are counted once
+    return ModelSpec(name, num_params, num_layers, config.num_attention_heads, num_kv_heads, head_dim)
+
+
+@dataclass(frozen=True)
+class CostState:
+    """What the explorer shows. Bytes and FLOPs are per decode step of the whole batch."""
+
+    weight_bytes: float
+    kv_bytes: float               # batch × context tokens
+    fits: bool                    # weights + KV <= GPU memory
+    max_batch: int                # sequences of this context that fit next to the weights
+    step_flops: float             # 2 × params × batch (matmuls) + 4 × layers × heads × head_dim × context × batch
+    step_bytes: float             # every step reads all weights and every sequence's KV once
+    intensity: float              # FLOPs per byte of one decode step
+    ridge: float                  # the GPU's FLOPs per byte at which compute and bandwidth take equal time
+    memory_ms: float              # step_bytes / bandwidth
+    compute_ms: float             # step_flops / peak FLOP/s
+    step_ms: float                # max of the two: a lower bound on one decode step
+    tokens_per_s: float           # batch / step time: an upper bound on decode throughput
+    prefill_ms: float             # compute bound of prefilling one prompt of `context` tokens
+
+
+def cost_state(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_len: int, dtype_bytes: int = 2) -> CostState:
+    """Memory and a roofline bound for decoding `batch_size` sequences of `context_len` tokens each.
+
+    Taught in: chapters/06-prefill-decode-kv-cache.ipynb
+    """
+    if not isinstance(model, ModelSpec) or not isinstance(gpu, GpuSpec):
+        raise TypeError(f"model must be a ModelSpec and gpu a GpuSpec, got {type(model).__name__}, {type(gpu).__name__}")
+    for name, value in (("batch_size", batch_size), ("context_len", context_len), ("dtype_bytes", dtype_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    weight_bytes = float(model.num_params * dtype_bytes)
+    kv_per_sequence = float(model.kv_bytes_per_token(dtype_bytes) * context_len)
+    kv_bytes = kv_per_sequence * batch_size
+    memory = gpu.memory_gb * 1e9
+    max_batch = max(0, int((memory - weight_bytes) // kv_per_sequence))
+    step_flops = 2.0 * model.num_params * batch_size \
+        + 4.0 * model.num_layers * model.num_heads * model.head_dim * context_len * batch_size
+    step_bytes = weight_bytes + kv_bytes
+    memory_ms = 1e3 * step_bytes / (gpu.bandwidth_tb_s * 1e12)
+    compute_ms = 1e3 * step_flops / (gpu.bf16_tflops * 1e12)
+    step_ms = max(memory_ms, compute_ms)
+    prefill_flops = 2.0 * model.num_params * context_len \
+        + 2.0 * model.num_layers * model.num_heads * model.head_dim * context_len * context_len
+    return CostState(weight_bytes, kv_bytes, weight_bytes + kv_bytes <= memory, max_batch, step_flops, step_bytes,
+                     step_flops / step_bytes, gpu.bf16_tflops / gpu.bandwidth_tb_s, memory_ms, compute_ms, step_ms,
+                     1e3 * batch_size / step_ms, 1e3 * prefill_flops / (gpu.bf16_tflops * 1e12))
+
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+CONTEXT_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+_ESM = r"""
+export function costState(m, g, batch, context, dtypeBytes) {
+  const weightBytes = m.num_params * dtypeBytes;
+  const kvPerSequence = 2 * m.num_layers * m.num_kv_heads * m.head_dim * dtypeBytes * context;
+  const kvBytes = kvPerSequence * batch;
+  const memory = g.memory_gb * 1e9;
+  const maxBatch = Math.max(0, Math.floor((memory - weightBytes) / kvPerSequence));
+  const stepFlops = 2 * m.num_params * batch + 4 * m.num_layers * m.num_heads * m.head_dim * context * batch;
+  const stepBytes = weightBytes + kvBytes;
+  const memoryMs = 1e3 * stepBytes / (g.bandwidth_tb_s * 1e12);
+  const computeMs = 1e3 * stepFlops / (g.bf16_tflops * 1e12);
+  const stepMs = Math.max(memoryMs, computeMs);
+  const prefillFlops = 2 * m.num_params * context + 2 * m.num_layers * m.num_heads * m.head_dim * context * context;
+  return { weight_bytes: weightBytes, kv_bytes: kvBytes, fits: weightBytes + kvBytes <= memory, max_batch: maxBatch,
+           intensity: stepFlops / stepBytes, ridge: g.bf16_tflops / g.bandwidth_tb_s, memory_ms: memoryMs,
+           compute_ms: computeMs, step_ms: stepMs, tokens_per_s: 1e3 * batch / stepMs,
+           prefill_ms: 1e3 * prefillFlops / (g.bf16_tflops * 1e12) };
+}
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+const gb = (bytes) => `${(bytes / 1e9).toFixed(1)} GB`;
+
+function select(model, name, label, options) {
+  const row = el("label", "dl-cost-control");
+  const input = el("select");
+  input.dataset.param = name;
+  options.forEach((text, i) => input.append(Object.assign(el("option", "", text), { value: String(i) })));
+  input.value = String(model.get(name));
+  input.addEventListener("change", () => { model.set(name, parseInt(input.value, 10)); model.save_changes(); });
+  row.append(el("span", "dl-cost-name", label), input);
+  return [row, () => { input.value = String(model.get(name)); }];
+}
+
+function render({ model, el: root }) {
+  const box = el("div", "dl-cost");
+  box.append(el("style", "", `
+    .dl-cost { font-family: sans-serif; font-size: 13px; max-width: 820px; }
+    .dl-cost.dl-lecture { font-size: 19px; max-width: 1200px; }
+    .dl-cost-controls { display: flex; flex-wrap: wrap; gap: 6px 16px; margin-bottom: 8px; }
+    .dl-cost-name { margin-right: 6px; }
+    .dl-cost select { font-size: inherit; }
+    .dl-cost-bar { display: flex; height: 1.6em; border: 1px solid #888; margin: 4px 0; position: relative; }
+    .dl-cost-weights { background: #8fb3d9; } .dl-cost-kv { background: #e8a87c; }
+    .dl-cost-over { outline: 2px solid #c0392b; }
+    .dl-cost table { border-collapse: collapse; } .dl-cost td { padding: 1px 10px 1px 0; }
+  `));
+  const models = model.get("models"), gpus = model.get("gpus");
+  const batches = model.get("batch_sizes"), contexts = model.get("context_lens");
+  const controls = el("div", "dl-cost-controls");
+  const syncs = [];
+  for (const [name, label, options] of [
+    ["model_index", "模型", models.map((m) => m.name)], ["gpu_index", "GPU", gpus.map((g) => g.name)],
+    ["batch_index", "batch", batches.map(String)], ["context_index", "每条序列的 token 数", contexts.map(String)],
+  ]) {
+    const [row, sync] = select(model, name, label, options);
+    controls.append(row);
+    syncs.push(sync);
+  }
+  const body = el("div", "dl-cost-body");
+  box.append(controls, body);
+  root.append(box);
+
+  const redraw = () => {
+    syncs.forEach((sync) => sync());
+    box.classList.toggle("dl-lecture", model.get("lecture"));
+    const m = models[model.get("model_index")], g = gpus[model.get("gpu_index")];
+    const batch = batches[model.get("batch_index")], context = contexts[model.get("context_index")];
+    const s = costState(m, g, batch, context, 2);
+    body.replaceChildren();
+    const memory = g.memory_gb * 1e9, scale = Math.max(memory, s.weight_bytes + s.kv_bytes);
+    const bar = el("div", s.fits ? "dl-cost-bar" : "dl-cost-bar dl-cost-over");
+    const w = el("div", "dl-cost-weights"); w.style.width = `${100 * s.weight_bytes / scale}%`;
+    const k = el("div", "dl-cost-kv"); k.style.width = `${100 * s.kv_bytes / scale}%`;
+    bar.append(w, k);
+    body.append(el("div", "", `显存 ${g.memory_gb} GB：蓝 = 权重 ${gb(s.weight_bytes)}，橙 = KV cache ${gb(s.kv_bytes)}` +
+                              (s.fits ? "，放得下" : "，放不下（爆显存）")), bar);
+    const table = el("table", "dl-cost-table");
+    const rows = [
+      ["这个长度最多同时放几条序列", `${s.max_batch}`],
+      ["decode 一步读的字节 / 做的 FLOPs", `${gb(s.weight_bytes + s.kv_bytes)} / ${(s.intensity * (s.weight_bytes + s.kv_bytes) / 1e12).toFixed(2)} TFLOP`],
+      ["arithmetic intensity（FLOPs / 字节）", `${s.intensity.toFixed(1)}（GPU 的平衡点 ${s.ridge.toFixed(0)}）`],
+      ["一步的下界：读显存 / 算", `${s.memory_ms.toFixed(2)} ms / ${s.compute_ms.toFixed(2)} ms → ${s.memory_ms >= s.compute_ms ? "memory-bound" : "compute-bound"}`],
+      ["decode 吞吐上界", `${s.tokens_per_s.toFixed(0)} tokens/s（每条序列 ${(1e3 / s.step_ms).toFixed(0)} tokens/s）`],
+      ["prefill 一条 prompt 的算力下界（TTFT）", `${s.prefill_ms.toFixed(1)} ms`],
+    ];
+    for (const [name, value] of rows) {
+      const tr = el("tr");
+      tr.append(el("td", "", name), el("td", "dl-cost-value", value));
+      tr.dataset.name = name;
+      table.append(tr);
+    }
+    body.append(table);
+    body.dataset.stepMs = s.step_ms.toFixed(6);
+    body.dataset.maxBatch = String(s.max_batch);
+  };
+  const names = ["model_index", "gpu_index", "batch_index", "context_index", "lecture"];
+  for (const name of names) model.on(`change:${name}`, redraw);
+  redraw();
+  return () => { for (const name of names) model.off(`change:${name}`, redraw); };
+}
+
+export default { render };
+"""
+
+
+class CostExplorer(anywidget.AnyWidget):
+    """Pick a model, a GPU, a batch and a context length; see memory, arithmetic intensity and decode speed bounds.
+
+    >>> CostExplorer([spec], batch_size=8, context_len=8192)
+    CostExplorer(models=['Llama-3-8B'], gpu='H100 SXM (80 GB)', batch_size=8, context_len=8192, lecture=False)
+
+    Taught in: chapters/06-prefill-decode-kv-cache.ipynb
+    """
+
+    _esm = _ESM
+
+    models = traitlets.List(traitlets.Dict()).tag(sync=True)
+    gpus = traitlets.List(traitlets.Dict()).tag(sync=True)
+    batch_sizes = traitlets.List(traitlets.Int()).tag(sync=True)
+    context_lens = traitlets.List(traitlets.Int()).tag(sync=True)
+    model_index = traitlets.Int(0).tag(sync=True)
+    gpu_index = traitlets.Int(0).tag(sync=True)
+    batch_index = traitlets.Int(0).tag(sync=True)
+    context_index = traitlets.Int(0).tag(sync=True)
+    lecture = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, models: Sequence[ModelSpec], gpus: Sequence[GpuSpec] = GPUS, *, gpu: str = "H100 SXM (80 GB)",
+                 batch_size: int = 8, context_len: int = 8192, lecture: bool = False) -> None:
+        if not models or not all(isinstance(m, ModelSpec) for m in models):
+            raise ValueError(f"models must be a non-empty list of ModelSpec (see model_spec), got {models!r}")
+        if not gpus or not all(isinstance(g, GpuSpec) for g in gpus):
+            raise ValueError(f"gpus must be a non-empty list of GpuSpec, got {gpus!r}")
+        names = [g.name for g in gpus]
+        if gpu not in names:
+            raise ValueError(f"gpu must be one of {names}, got {gpu!r}")
+        if batch_size not in BATCH_SIZES:
+            raise ValueError(f"batch_size must be one of {BATCH_SIZES}, got {batch_size!r}")
+        if context_len not in CONTEXT_LENS:
+            raise ValueError(f"context_len must be one of {CONTEXT_LENS}, got {context_len!r}")
+        super().__init__(models=[asdict(m) for m in models], gpus=[asdict(g) for g in gpus],
+                         batch_sizes=list(BATCH_SIZES), context_lens=list(CONTEXT_LENS), model_index=0,
+                         gpu_index=names.index(gpu), batch_index=BATCH_SIZES.index(batch_size),
+                         context_index=CONTEXT_LENS.index(context_len), lecture=bool(lecture))
+
+    def state(self) -> CostState:
+        """What the browser shows now, computed in Python."""
+        model = ModelSpec(**self.models[self.model_index])
+        return cost_state(model, GpuSpec(**self.gpus[self.gpu_index]), self.batch_sizes[self.batch_index],
+                          self.context_lens[self.context_index])
+
+    def __repr__(self) -> str:
+        return (f"CostExplorer(models={[m['name'] for m in self.models]!r}, gpu={self.gpus[self.gpu_index]['name']!r}, "
+                f"batch_size={self.batch_sizes[self.batch_index]}, context_len={self.context_lens[self.context_index]}, "
+                f"lecture={self.lecture})")

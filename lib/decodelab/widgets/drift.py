@@ -1,0 +1,316 @@
+"""The exposure-bias drift explorer: how the model does on the true prefix (teacher forcing) against its own
+prefix (free running), and what happens after a wrong character is forced into the prefix.
+
+Every measurement is against the toy language's truth (`decodelab.toylang.ToyLanguage`):
+- `position_errors` scores the model's next-character distribution at every position of a set of texts: the
+  probability mass it puts on characters the language forbids there, and KL(truth || model);
+- `inject_and_continue` replaces one character of a true sentence by one the language forbids, lets the model
+  continue, and asks whether the continuation still fits the sentence as it was meant (recovered);
+- `sample_with_verifier` is the mitigation: sample in chunks of `horizon` characters, check each chunk with a
+  verifier (here the grammar's viability test), and resample a chunk that fails.
+
+`DriftExplorer` draws stored results; its ESM (inline below) only reads them, so it works in the static book.
+
+Taught in: chapters/05-exposure-bias.ipynb
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import anywidget
+import torch
+import traitlets
+
+from decodelab.toylang import ToyLanguage
+
+
+def _check_texts(texts: Sequence[str], lang: ToyLanguage) -> None:
+    if isinstance(texts, str) or not texts:
+        raise ValueError(f"texts must be a non-empty list of strings, got {texts!r}")
+    for text in texts:
+        lang._check_text(text, "each text")
+
+
+@torch.inference_mode()
+def model_log_probs(model, tokenizer, text: str, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probabilities (at `temperature`) of the next token after each prefix `text[:t]`, t = 0..len(text):
+    `[len(text) + 1, V]`."""
+    ids = torch.tensor([tokenizer(text)["input_ids"]], device=next(model.parameters()).device)  # [1, T + 1]
+    return torch.log_softmax(model(input_ids=ids).logits[0].float() / temperature, dim=-1).cpu()  # [T + 1, V]
+
+
+@dataclass(frozen=True)
+class PositionErrors:
+    """Per-position scores of one set of texts; lists are indexed by position t (the character being predicted)."""
+
+    viable: list[float]          # fraction of texts whose prefix text[:t] is still a possible sentence start
+    invalid_mass: list[float]    # mean model mass on forbidden next characters, over texts with a viable prefix
+    kl: list[float]              # mean KL(truth || model) in nats, over the same texts
+    counts: list[int]            # texts long enough to reach position t
+
+
+def position_errors(model, tokenizer, lang: ToyLanguage, texts: Sequence[str], max_position: int = 30,
+                    temperature: float = 1.0) -> PositionErrors:
+    """Score the model's next-character distribution (at `temperature`, what sampling draws from) at positions
+    0..max_position of each text against the truth.
+
+    The end of text counts as a character (`ToyLanguage.EOS` ↔ the tokenizer's eos token).
+    """
+    _check_texts(texts, lang)
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    if isinstance(max_position, bool) or not isinstance(max_position, int) or max_position < 0:
+        raise ValueError(f"max_position must be an int >= 0, got {max_position!r}")
+    eos_id = tokenizer.eos_token_id
+    char_ids = {ch: tokenizer.convert_tokens_to_ids(ch) for ch in lang.alphabet}
+    sums = {name: [0.0] * (max_position + 1) for name in ("viable", "invalid", "kl")}
+    counts, scored = [0] * (max_position + 1), [0] * (max_position + 1)
+    for text in texts:
+        log_probs = model_log_probs(model, tokenizer, text, temperature)  # [T + 1, V]
+        for t in range(min(len(text), max_position) + 1):
+            counts[t] += 1
+            prefix = text[:t]
+            if not lang.prefix_is_viable(prefix):
+                continue
+            sums["viable"][t] += 1
+            scored[t] += 1
+            truth = lang.next_token_probs(prefix)
+            ids = torch.tensor([eos_id if ch == lang.EOS else char_ids[ch] for ch in truth])
+            true_p = torch.tensor(list(truth.values()), dtype=torch.float64)
+            model_lp = log_probs[t, ids].double()
+            sums["invalid"][t] += float(1.0 - model_lp.exp().sum())
+            sums["kl"][t] += float((true_p * (true_p.log() - model_lp)).sum())
+    return PositionErrors(
+        viable=[v / c if c else math.nan for v, c in zip(sums["viable"], counts)],
+        invalid_mass=[v / s if s else math.nan for v, s in zip(sums["invalid"], scored)],
+        kl=[v / s if s else math.nan for v, s in zip(sums["kl"], scored)],
+        counts=counts,
+    )
+
+
+def forbidden_char(lang: ToyLanguage, prefix: str, rng: random.Random) -> str:
+    """A character that no sentence of the language has after `prefix` (drawn with `rng`)."""
+    allowed = lang.next_token_probs(prefix)
+    candidates = [ch for ch in lang.alphabet if ch not in allowed and ch not in "，。！？“”：；"]
+    return rng.choice(candidates)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One injected error: the sentence, where, what was forced in, the model's continuation and the verdicts."""
+
+    text: str
+    position: int
+    wrong: str
+    continuation: str
+    recovered: bool      # text[:position + 1] + continuation is a sentence: the model carried on as meant
+    valid_anyway: bool   # the output as written (with the wrong character) is a sentence (never, by construction)
+
+
+def inject_and_continue(lang: ToyLanguage, texts: Sequence[str], positions: Sequence[int],
+                        continue_fn: Callable[[list[str]], list[str]], seed: int = 0) -> list[Injection]:
+    """For each text and position k < len(text), force a forbidden character at k and let `continue_fn`
+    (prefixes -> continuations) finish the text; judge the continuation against the text as it was meant."""
+    _check_texts(texts, lang)
+    rng = random.Random(seed)
+    cases = [(text, k, forbidden_char(lang, text[:k], rng)) for text in texts for k in positions if k < len(text) - 1]
+    if not cases:
+        raise ValueError(f"no text is longer than the positions {list(positions)}")
+    continuations = continue_fn([text[:k] + wrong for text, k, wrong in cases])
+    return [Injection(text, k, wrong, cont, lang.is_valid(text[:k + 1] + cont) if _known(lang, cont) else False,
+                      lang.is_valid(text[:k] + wrong + cont) if _known(lang, cont) else False)
+            for (text, k, wrong), cont in zip(cases, continuations)]
+
+
+def _known(lang: ToyLanguage, text: str) -> bool:
+    return all(ch in lang._alphabet_set for ch in text)
+
+
+@dataclass(frozen=True)
+class VerifiedSample:
+    text: str
+    valid: bool
+    model_calls: int     # forward passes, resampled chunks included
+    resamples: int       # chunks thrown away by the verifier
+
+
+@torch.inference_mode()
+def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | None, temperature: float, seed: int,
+                         max_chars: int = 60, max_resamples: int = 20) -> VerifiedSample:
+    """Sample one text at `temperature`, `horizon` characters at a time; after each chunk the verifier
+    (`lang.prefix_is_viable`, and `lang.is_valid` at the end) accepts it or the chunk is drawn again, up to
+    `max_resamples` times in all. `horizon=None` is plain sampling with no verifier.
+
+    Taught in: chapters/05-exposure-bias.ipynb
+    """
+    if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1):
+        raise ValueError(f"horizon must be None or an int >= 1, got {horizon!r}")
+    if not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    text, calls, resamples, done = "", 0, 0, False
+    while not done and len(text) < max_chars:
+        chunk, ended = "", False
+        for _ in range(horizon or max_chars):
+            ids = torch.tensor([tokenizer(text + chunk)["input_ids"]], device=device)   # [1, T]
+            logits = model(input_ids=ids).logits[0, -1].float().cpu() / temperature    # [V]
+            calls += 1
+            token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+            if token == tokenizer.eos_token_id:
+                ended = True
+                break
+            piece = tokenizer.convert_ids_to_tokens(token)
+            chunk += piece if piece in lang._alphabet_set else "\ufffd"
+            if len(text + chunk) >= max_chars:
+                break
+        candidate = text + chunk
+        ok = _known(lang, candidate) and (lang.is_valid(candidate) if ended else lang.prefix_is_viable(candidate))
+        if horizon is None or ok or resamples >= max_resamples:
+            text, done = candidate, ended or horizon is None
+        else:
+            resamples += 1
+    return VerifiedSample(text, _known(lang, text) and lang.is_valid(text), calls, resamples)
+
+
+_ESM = r"""
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+}
+
+function lineChart(series, yLabel, yMax, lecture) {
+  const W = lecture ? 640 : 430, H = lecture ? 300 : 210, L = 48, B = 30, T = 10, R = 10;
+  const root = svg("svg", { width: W, height: H, class: "dl-drift-chart" });
+  const n = Math.max(...series.map((s) => s.values.length));
+  const x = (i) => L + (W - L - R) * i / Math.max(1, n - 1);
+  const y = (v) => T + (H - T - B) * (1 - v / yMax);
+  root.append(svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#888" }));
+  root.append(svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#888" }));
+  for (const frac of [0, 0.5, 1]) {
+    const t = svg("text", { x: L - 4, y: y(frac * yMax) + 4, "text-anchor": "end", "font-size": 10 });
+    t.textContent = (frac * yMax).toPrecision(2);
+    root.append(t);
+  }
+  const xl = svg("text", { x: (W + L) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 });
+  xl.textContent = "位置 t（第几个字符）";
+  const yl = svg("text", { x: 12, y: T + 10, "font-size": 11 });
+  yl.textContent = yLabel;
+  root.append(xl, yl);
+  for (const s of series) {
+    const points = s.values.map((v, i) => (v === null || Number.isNaN(v) ? null : `${x(i)},${y(Math.min(v, yMax))}`))
+      .filter(Boolean).join(" ");
+    const line = svg("polyline", { points, fill: "none", stroke: s.color, "stroke-width": 2 });
+    line.dataset.series = s.name;
+    root.append(line);
+  }
+  return root;
+}
+
+function render({ model, el: root }) {
+  const box = el("div", "dl-drift");
+  box.append(el("style", "", `
+    .dl-drift { font-family: sans-serif; font-size: 13px; max-width: 900px; }
+    .dl-drift.dl-lecture { font-size: 19px; max-width: 1300px; }
+    .dl-drift-controls { display: flex; gap: 12px; align-items: center; margin-bottom: 6px; }
+    .dl-drift-charts { display: flex; flex-wrap: wrap; gap: 8px; }
+    .dl-drift-legend span { margin-right: 12px; }
+    .dl-drift-table td, .dl-drift-table th { padding: 1px 8px; text-align: right; }
+  `));
+  const controls = el("label", "dl-drift-controls");
+  const slider = el("input");
+  Object.assign(slider, { type: "range", min: 0, max: model.get("runs").length - 1, step: 1 });
+  slider.dataset.param = "run_index";
+  const value = el("span", "dl-drift-value");
+  controls.append(el("span", "", "free running 的 temperature"), slider, value);
+  const body = el("div");
+  box.append(controls, body);
+  root.append(box);
+  const redraw = () => {
+    const runs = model.get("runs");
+    const run = runs[model.get("run_index")];
+    const lecture = model.get("lecture");
+    box.classList.toggle("dl-lecture", lecture);
+    slider.value = String(model.get("run_index"));
+    value.textContent = `T = ${run.temperature}`;
+    body.replaceChildren();
+    const tf = run.teacher_forcing;
+    const legend = el("div", "dl-drift-legend");
+    const a = el("span", "", "━ teacher forcing（真实前缀）"); a.style.color = "#1f77b4";
+    const b = el("span", "", `━ free running（模型自己的前缀，T = ${run.temperature}）`); b.style.color = "#d62728";
+    legend.append(a, b);
+    const charts = el("div", "dl-drift-charts");
+    const maxMass = Math.max(0.02, ...tf.invalid_mass.filter(Number.isFinite), ...run.invalid_mass.filter(Number.isFinite));
+    charts.append(
+      lineChart([{ name: "tf", values: tf.invalid_mass, color: "#1f77b4" },
+                 { name: "fr", values: run.invalid_mass, color: "#d62728" }], "非法字符上的概率质量", maxMass * 1.1, lecture),
+      lineChart([{ name: "tf", values: tf.viable, color: "#1f77b4" },
+                 { name: "fr", values: run.viable, color: "#d62728" }], "前缀仍合法的比例", 1.0, lecture));
+    const summary = el("div", "dl-drift-summary",
+      `T = ${run.temperature}：整句合法 ${(100 * run.valid).toFixed(1)}%，每字符真实 −log P ${run.nll.toFixed(3)} nats`);
+    summary.dataset.valid = String(run.valid);
+    body.append(legend, charts, summary);
+  };
+  slider.addEventListener("input", () => { model.set("run_index", parseInt(slider.value, 10)); model.save_changes(); });
+  for (const name of ["run_index", "runs", "lecture"]) model.on(`change:${name}`, redraw);
+  redraw();
+  return () => { for (const name of ["run_index", "runs", "lecture"]) model.off(`change:${name}`, redraw); };
+}
+
+export default { render };
+"""
+
+
+def _finite(values: Sequence[float]) -> list[float | None]:
+    return [None if v is None or not math.isfinite(v) else round(float(v), 6) for v in values]
+
+
+class DriftExplorer(anywidget.AnyWidget):
+    """A temperature slider over stored results, free running drawn against teacher forcing.
+
+    Each run is one temperature: `teacher_forcing` and `free_running` are `PositionErrors` (as dicts) of true
+    sentences and of the model's own samples, scored at that temperature; `valid` is the fraction of samples that
+    are sentences and `nll` their mean true −log P per character.
+
+    Taught in: chapters/05-exposure-bias.ipynb
+    """
+
+    _esm = _ESM
+
+    runs = traitlets.List(traitlets.Dict()).tag(sync=True)
+    run_index = traitlets.Int(0).tag(sync=True)
+    lecture = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, runs: Sequence[Mapping], *, run_index: int = 0, lecture: bool = False) -> None:
+        if not runs:
+            raise ValueError("runs must hold at least one free-running result, got none")
+        for run in runs:
+            missing = {"temperature", "teacher_forcing", "free_running", "valid", "nll"} - set(run)
+            if missing or not all(isinstance(run[k], Mapping) for k in ("teacher_forcing", "free_running")):
+                raise ValueError("each run needs temperature, teacher_forcing and free_running (PositionErrors as "
+                                 f"dicts, see asdict), valid and nll; got {sorted(run)}")
+        if isinstance(run_index, bool) or not isinstance(run_index, int) or not 0 <= run_index < len(runs):
+            raise ValueError(f"run_index must be an int in [0, {len(runs)}), got {run_index!r}")
+        super().__init__(
+            runs=[{"temperature": float(r["temperature"]), "valid": round(float(r["valid"]), 6),
+                   "nll": round(float(r["nll"]), 6),
+                   "teacher_forcing": {k: _finite(r["teacher_forcing"][k]) for k in ("viable", "invalid_mass")},
+                   "viable": _finite(r["free_running"]["viable"]),
+                   "invalid_mass": _finite(r["free_running"]["invalid_mass"])} for r in runs],
+            run_index=run_index, lecture=bool(lecture))
+
+    def __repr__(self) -> str:
+        temperatures = [r["temperature"] for r in self.runs]
+        return f"DriftExplorer(temperatures={temperatures}, run_index={self.run_index}, lecture={self.lecture})"
