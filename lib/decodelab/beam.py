@@ -10,7 +10,7 @@ when `early_stopping=True` and `num_beams` hypotheses are finished, or at `max_t
 Differences from transformers by design: one prompt per call (no padding between prompts), no logits processors, no
 sampling variant, and only the best hypothesis is returned, with its score.
 
-Taught in: chapters/03-strategies.md
+Taught in: chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
         >>> result = beam_search(model, [1, 17, 42], num_beams=4, max_tokens=20, eos_token_id=2)
         >>> result.token_ids, result.score
 
-    Taught in: chapters/03-strategies.md
+    Taught in: chapters/03-strategies.ipynb
     """
     if not (isinstance(num_beams, int) and not isinstance(num_beams, bool) and num_beams >= 1):
         raise ValueError(f"num_beams must be an int >= 1, got {num_beams!r}")

@@ -8,7 +8,7 @@ stays in the batch (fed its padding token, as `model.generate` does) until all a
     >>> completions = generate(model, tokenizer, ["小明", "今天"], SamplingParams(temperature=0.0, max_tokens=8))
     >>> completions[0].text, completions[0].finish_reason
 
-Taught in: chapters/04-autoregressive.md
+Taught in: chapters/04-autoregressive.ipynb
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     `model.generate(do_sample=False)` token for token. Penalties see the prompt and the generated tokens, as
     transformers' repetition penalty does.
 
-    Taught in: chapters/04-autoregressive.md
+    Taught in: chapters/04-autoregressive.ipynb
     """
     ids = _prompt_ids(tokenizer, prompts)
     if isinstance(params, SamplingParams):

@@ -5,7 +5,7 @@ position per step and attends over everything written so far. The slab is reserv
 sequence up front, which is simple and fast but wastes the slots a short sequence never fills (chapter 7 fixes
 that with a paged cache, see `decodelab.paged`).
 
-Taught in: chapters/06-kv-cache.ipynb
+Taught in: chapters/06-prefill-decode-kv-cache.ipynb
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens
 
     Example: Llama-3-8B (32 layers, 8 KV heads, head_dim 128) in bf16 needs
     `kv_cache_bytes(32, 8, 128, 1, 2) == 131072` bytes, i.e. 128 KiB per token.
-    Taught in: chapters/06-kv-cache.ipynb
+    Taught in: chapters/06-prefill-decode-kv-cache.ipynb
     """
     for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                         ("dtype_bytes", dtype_bytes)):
@@ -51,7 +51,7 @@ def model_kv_shape(config) -> tuple[int, int, int]:
 def kv_bytes_per_token(config, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of KV cache one token costs for a transformers config, e.g. 128 KiB for Llama-3-8B in bf16.
 
-    Taught in: chapters/06-kv-cache.ipynb
+    Taught in: chapters/06-prefill-decode-kv-cache.ipynb
     """
     if dtype not in _DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(map(str, _DTYPE_BYTES))}, got {dtype}")
@@ -68,7 +68,7 @@ class ContiguousKVCache:
     Example:
         cache = ContiguousKVCache(num_layers=2, batch_size=1, max_len=8, num_kv_heads=2, head_dim=4)
         k_all, v_all = cache.update(0, k, v, start=0)   # k, v: [1, T, 2, 4] -> k_all: [1, T, 2, 4]
-    Taught in: chapters/06-kv-cache.ipynb
+    Taught in: chapters/06-prefill-decode-kv-cache.ipynb
     """
 
     def __init__(self, num_layers: int, batch_size: int, max_len: int, num_kv_heads: int, head_dim: int,

@@ -3,7 +3,7 @@
 Importing this module registers Noto Sans SC from the PyPI package `pylopdf-fonts-zh-cn`, so token labels
 render on a fresh machine of any OS without a system CJK font.
 
-Taught in: chapters/01-logits-to-probs.md (the first figure with Chinese token labels)
+Taught in: chapters/01-logits-to-probs.ipynb (the first figure with Chinese token labels)
 """
 from __future__ import annotations
 

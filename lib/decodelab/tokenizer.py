@@ -3,7 +3,7 @@
 Vocabulary: `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3, then the alphabet in sorted order. Encoding prepends `<s>`
 and adds no `</s>`; decoding joins characters without spaces, so `decode(encode(text))` gives the text back.
 
-Taught in: chapters/01-logits-to-probs.md
+Taught in: chapters/01-logits-to-probs.ipynb
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ are consistent with the prefix, so templates that share a beginning are marginal
 The grammar is unambiguous (every sentence has exactly one derivation; `is_unambiguous()` checks it), so
 the entropy of a sentence equals the entropy of its derivation path, which the automaton gives in closed form.
 
-Taught in: chapters/01-logits-to-probs.md (the truth behind every figure), chapters/03-strategies.md.
+Taught in: chapters/01-logits-to-probs.ipynb (the truth behind every figure), chapters/03-strategies.ipynb.
 """
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ class ToyLanguage:
     >>> round(probs["霜"], 6)
     1.0
 
-    Taught in: chapters/01-logits-to-probs.md
+    Taught in: chapters/01-logits-to-probs.ipynb
     """
 
     EOS = "</s>"

@@ -143,6 +143,8 @@ export function costState(m, g, batch, context, dtypeBytes) {
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
+  // JupyterLab binds the arrow keys to notebook navigation; this lets sliders and buttons keep them.
+  if (tag === "input" || tag === "button" || tag === "select") node.dataset.lmSuppressShortcuts = "true";
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
   return node;

@@ -179,6 +179,8 @@ def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | Non
 _ESM = r"""
 function el(tag, className, text) {
   const node = document.createElement(tag);
+  // JupyterLab binds the arrow keys to notebook navigation; this lets sliders and buttons keep them.
+  if (tag === "input" || tag === "button" || tag === "select") node.dataset.lmSuppressShortcuts = "true";
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
   return node;

@@ -1,0 +1,20 @@
+"""The library names the chapter that teaches each piece: those names must point at real pages."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TAUGHT_IN = re.compile(r"Taught in:(.*)")
+PAGE = re.compile(r"(?:chapters|exercises)/[\w.*-]+\.(?:ipynb|md)")
+
+
+def test_every_taught_in_reference_exists():
+    missing = []
+    for source in sorted((ROOT / "lib" / "decodelab").rglob("*.py")):
+        for line_number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+            match = TAUGHT_IN.search(line)
+            if not match:
+                continue
+            for page in PAGE.findall(match.group(1)):
+                if not list(ROOT.glob(page)):
+                    missing.append(f"{source.relative_to(ROOT)}:{line_number}: {page}")
+    assert not missing, "docstrings name pages that do not exist:\n" + "\n".join(missing)
