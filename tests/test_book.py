@@ -114,6 +114,9 @@ MATH_STATE_JS = """() => {
     maths: maths.length,
     unrendered: maths.filter((el) => !el.querySelector('mjx-container')).map((el) => el.textContent.slice(0, 80)),
     mathjaxErrors: main.querySelectorAll('mjx-merror').length,
+    // CHTML draws each character as <mjx-c class="mjx-cHEX">; a backslash (5C) inside text means a TeX escape
+    // such as an escaped underscore in text mode, which MathJax prints literally.
+    literalEscapes: [...main.querySelectorAll('mjx-mtext')].filter((el) => el.querySelector('mjx-c.mjx-c5C')).length,
     text: clone.textContent,
     heading: (main.querySelector('h1') || {textContent: ''}).textContent,
     next: (document.querySelector('a.right-next') || {href: null}).href,
@@ -144,6 +147,8 @@ def test_every_page_renders_offline(browser_session):
                          f"{state['unrendered'][:3]}")
         if state["mathjaxErrors"]:
             found.append(f"{state['mathjaxErrors']} MathJax errors (mjx-merror)")
+        if state["literalEscapes"]:
+            found.append(f"{state['literalEscapes']} math text runs print a literal backslash (a TeX escape in text mode)")
         raw = sorted({match.group(0) for match in RAW_LATEX.finditer(state["text"])})
         if raw:
             found.append(f"raw LaTeX in the rendered text: {raw[:5]}")
