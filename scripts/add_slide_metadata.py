@@ -1,9 +1,12 @@
-"""Add RISE slideshow metadata to chapter notebooks, so an instructor can present any chapter as slides.
+"""Add slideshow metadata to chapter notebooks, so an instructor can present any chapter as slides with live
+widgets (jupyterlab-deck inside JupyterLab; RISE and nbconvert read the same metadata).
 
 Rule, per cell (`metadata.slideshow.slide_type`):
 - a markdown cell whose first line is a `#` or `##` heading starts a new slide ("slide");
 - a markdown cell whose first line is a `###` heading starts a vertical sub-slide ("subslide");
-- every other cell stays on the current slide ("-");
+- every other cell stays on the current slide ("-"), written as *no* `slide_type` (nbconvert's and RISE's default):
+  jupyterlab-deck 0.2.0 treats an explicit "-" as an unknown type and never shows the cell, so an explicit "-"
+  (from JupyterLab's property inspector, say) is removed too;
 - a type an author chose by hand that the rule never writes ("fragment", "skip", "notes") is kept.
 The notebook also gets `metadata.rise` options (scrolling slides, start at the first cell), unless it has its own.
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 HAND_CHOSEN = frozenset({"fragment", "skip", "notes"})
+CONTINUE = "-"  # stays on the current slide; stored as the absence of `slide_type`
 RISE_DEFAULTS = {"scroll": True, "start_slideshow_at": "beginning", "enable_chalkboard": False}
 _HEADING = re.compile(r"^(#{1,6})\s")
 
@@ -35,7 +39,7 @@ def _source(cell: dict[str, Any]) -> str:
 
 
 def slide_type_for(cell: dict[str, Any]) -> str:
-    """The slide type the rule gives `cell` (a notebook cell as a dict)."""
+    """The slide type the rule gives `cell` (a notebook cell as a dict): "slide", "subslide" or "-" (continue)."""
     if not isinstance(cell, dict) or "cell_type" not in cell:
         raise TypeError(f"cell must be a notebook cell dict with a 'cell_type', got {cell!r:.80}")
     if cell["cell_type"] == "markdown":
@@ -43,11 +47,13 @@ def slide_type_for(cell: dict[str, Any]) -> str:
         match = _HEADING.match(first_line)
         if match:
             return "slide" if len(match.group(1)) <= 2 else "subslide" if len(match.group(1)) == 3 else "-"
-    return "-"
+    return CONTINUE
 
 
 def with_slide_metadata(notebook: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `notebook` (nbformat 4 JSON as a dict) with slide types and RISE options set by the rule."""
+    """A copy of `notebook` (nbformat 4 JSON as a dict) with slide types and RISE options set by the rule.
+
+    A cell that continues its slide ends up with no `slide_type` (and no `slideshow` dict if nothing else is in it)."""
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise ValueError("notebook must be an nbformat 4 notebook dict with a 'cells' list")
     if notebook.get("nbformat") != 4:
@@ -55,9 +61,18 @@ def with_slide_metadata(notebook: dict[str, Any]) -> dict[str, Any]:
     result = copy.deepcopy(notebook)
     for cell in result["cells"]:
         metadata = cell.setdefault("metadata", {})
-        current = metadata.get("slideshow", {}).get("slide_type")
-        if current not in HAND_CHOSEN:
-            metadata["slideshow"] = {**metadata.get("slideshow", {}), "slide_type": slide_type_for(cell)}
+        slideshow = dict(metadata.get("slideshow") or {})
+        if slideshow.get("slide_type") in HAND_CHOSEN:
+            continue
+        slide_type = slide_type_for(cell)
+        if slide_type == CONTINUE:
+            slideshow.pop("slide_type", None)
+        else:
+            slideshow["slide_type"] = slide_type
+        if slideshow:
+            metadata["slideshow"] = slideshow
+        else:
+            metadata.pop("slideshow", None)
     rise = result.setdefault("metadata", {}).setdefault("rise", {})
     for key, value in RISE_DEFAULTS.items():
         rise.setdefault(key, value)

@@ -1,5 +1,10 @@
-"""Lecture mode without a browser: the RISE extension is installed and enabled in the venv's JupyterLab, and
-scripts/add_slide_metadata.py gives every cell of a notebook a slide type by the heading rule, idempotently."""
+"""Lecture mode without a browser: the slideshow extensions in requirements.txt (jupyterlab-deck, which presents
+live widgets; RISE while it is listed) are installed and enabled in the venv's JupyterLab, and
+scripts/add_slide_metadata.py gives every cell of a notebook a slide type by the heading rule, idempotently, writing
+"continue" as no `slide_type` (jupyterlab-deck 0.2.0 hides a cell whose type is an explicit "-").
+
+The browser side (a chapter presented with jupyterlab-deck, its live explorer moved on the slide) is
+tests/test_lab_browser.py::test_instructor_presents_a_chapter_as_slides."""
 from __future__ import annotations
 
 import json
@@ -22,25 +27,46 @@ def _markdown(text: str, **metadata) -> dict:
     return {"cell_type": "markdown", "metadata": metadata, "source": text}
 
 
-def _code(text: str) -> dict:
-    return {"cell_type": "code", "metadata": {}, "source": text, "outputs": [], "execution_count": None}
+def _code(text: str, **metadata) -> dict:
+    return {"cell_type": "code", "metadata": metadata, "source": text, "outputs": [], "execution_count": None}
 
 
 def _notebook(*cells: dict) -> dict:
     return {"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
+# requirements.txt name -> the JupyterLab extensions it must install (jupyterlab-deck needs jupyterlab-fonts).
+SLIDESHOW_EXTENSIONS = {
+    "jupyterlab-deck": ("@deathbeds/jupyterlab-deck", "@deathbeds/jupyterlab-fonts"),
+    "jupyterlab-rise": ("jupyterlab-rise",),
+}
+
+
 def _types(notebook: dict) -> list[str]:
-    return [cell["metadata"]["slideshow"]["slide_type"] for cell in notebook["cells"]]
+    """Each cell's slide type, "-" (continue) where it has none."""
+    return [cell["metadata"].get("slideshow", {}).get("slide_type", "-") for cell in notebook["cells"]]
 
 
-def test_rise_extension_is_installed_and_enabled():
+def _required_slideshow_packages() -> list[str]:
+    names = [re.split(r"[<>=!~;\[\s]", line.strip(), maxsplit=1)[0].lower()
+             for line in (ROOT / "requirements.txt").read_text("utf-8").splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    return [name for name in SLIDESHOW_EXTENSIONS if name in names]
+
+
+def test_slideshow_extensions_are_installed_and_enabled():
+    """jupyterlab-deck (live widgets on slides) must be in requirements.txt; every slideshow package listed there
+    must have its JupyterLab extensions installed, enabled and OK in the venv."""
+    required = _required_slideshow_packages()
+    assert "jupyterlab-deck" in required, "requirements.txt must list jupyterlab-deck (lecture mode)"
     jupyter = Path(sys.executable).parent / "jupyter"
     listing = subprocess.run([str(jupyter), "labextension", "list"], capture_output=True, text=True, timeout=120)
     text = re.sub(r"\x1b\[[0-9;]*m", "", listing.stdout + listing.stderr)  # drop the colour codes
-    line = next((line for line in text.splitlines() if "jupyterlab-rise" in line), None)
-    assert line is not None, f"jupyterlab-rise is not installed in {jupyter}:\n{text}"
-    assert "enabled" in line and "OK" in line, f"jupyterlab-rise is installed but not enabled and OK: {line.strip()}"
+    for package in required:
+        for extension in SLIDESHOW_EXTENSIONS[package]:
+            line = next((line for line in text.splitlines() if line.split()[:1] == [extension]), None)
+            assert line is not None, f"{extension} (from {package}) is not installed in {jupyter}:\n{text}"
+            assert "enabled" in line and "OK" in line, f"{extension} is not enabled and OK: {line.strip()}"
 
 
 def test_heading_rule():
@@ -58,12 +84,17 @@ def test_notebook_metadata_is_complete_idempotent_and_keeps_hand_choices():
     notebook = _notebook(
         _markdown("# 标题"), _code("x = 1"), _markdown("### 小节"),
         _markdown("讲稿", slideshow={"slide_type": "notes"}), _markdown("## 下一页", slideshow={"slide_type": "-"}),
-        _code("explorer"),
+        _code("explorer"), _code("y = 2", slideshow={"slide_type": "-"}),
+        _code("z = 3", slideshow={"slide_type": "-", "x": 1}),
     )
     before = json.dumps(notebook, sort_keys=True)
     once = with_slide_metadata(notebook)
     assert json.dumps(notebook, sort_keys=True) == before, "the input notebook was modified"
-    assert _types(once) == ["slide", "-", "subslide", "notes", "slide", "-"]
+    assert _types(once) == ["slide", "-", "subslide", "notes", "slide", "-", "-", "-"]
+    # "continue" is no slide_type at all, never an explicit "-" (which jupyterlab-deck 0.2.0 never shows)
+    assert [cell["metadata"].get("slideshow") for cell in once["cells"]] == [
+        {"slide_type": "slide"}, None, {"slide_type": "subslide"}, {"slide_type": "notes"}, {"slide_type": "slide"},
+        None, None, {"x": 1}]
     assert once["metadata"]["rise"]["scroll"] is True
     assert with_slide_metadata(once) == once
 
@@ -103,6 +134,9 @@ def test_script_on_copies_of_the_course_notebooks(tmp_path):
         headings = [i for i, c in enumerate(updated["cells"])
                     if c["cell_type"] == "markdown" and re.match(r"#{1,2}\s", "".join(c["source"]).lstrip("\n"))]
         assert [i for i, t in enumerate(types) if t == "slide"] == headings, source.name
+        explicit = [i for i, cell in enumerate(updated["cells"])
+                    if cell["metadata"].get("slideshow", {}).get("slide_type") == "-"]
+        assert not explicit, f"{source.name}: cells {explicit} have an explicit '-' (jupyterlab-deck hides them)"
     stamp = [copy.read_bytes() for copy in copies]
     again = subprocess.run(command + [str(p) for p in copies], capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
