@@ -11,7 +11,7 @@ model's (Gaussian, sigma 3: a nucleus of about a hundred tokens); top-p 0.9 alon
 
     python benchmarks/sampling.py [--device cpu|cuda] [--quick] [--repeats N] [--threads N]
 
-Prints a markdown table and writes benchmarks/results/sampling.json. Taught in: chapters/03-strategies.md
+Prints a markdown table and writes benchmarks/results/sampling.json. Taught in: chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 

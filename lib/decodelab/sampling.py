@@ -8,7 +8,7 @@ rows. The order of processing is transformers': penalties, temperature, top-k, t
     >>> params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, top_p=0.9, seed=1)]
     >>> tokens = sample(logits, params)          # LongTensor [2]
 
-Taught in: chapters/02-temperature.md, chapters/03-strategies.md
+Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.truncation import METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, typical_filter
+from decodelab.rejection import top_p_rejection
+from decodelab.truncation import (METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
+                                  typical_filter)
 
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
 MAX_ABS_PENALTY = 2.0  # frequency / presence penalties, as OpenAI and vLLM allow
@@ -37,7 +39,7 @@ class SamplingParams:
     """How one request chooses its tokens. `temperature=0` means greedy; `top_k=0`, `top_p=1`, `min_p=0`,
     `typical_p=1` and penalties of 1 / 0 switch those off. `n` is for engines (sample() draws one token per row).
 
-    Taught in: chapters/03-strategies.md
+    Taught in: chapters/03-strategies.ipynb
     """
 
     temperature: float = 1.0
@@ -171,8 +173,9 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingParams], output_tokens)
     return x
 
 
-def _process(logits: torch.Tensor, params, output_tokens, method: str):
-    """Shared by `process_logits` and `sample`: returns the penalised logits `x`, greedy rows, and the blocks."""
+def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False):
+    """Shared by `process_logits` and `sample`: returns the penalised, tempered logits `x`, the rows' params, greedy
+    rows, the blocks, and (with `defer_top_p`) the rows with top-p alone, left for rejection sampling."""
     _check_logits(logits)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -190,8 +193,10 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str):
         temperature = torch.tensor([r.temperature if not r.greedy else 1.0 for r in rows], dtype=dtype,
                                    device=x.device)
         x = x / temperature.unsqueeze(1)
-    truncate = [i for i in random_rows if rows[i].top_k > 0 or rows[i].top_p < 1.0]
-    untouched = [i for i in random_rows if i not in set(truncate)]
+    top_p_alone = [i for i in random_rows if defer_top_p and rows[i].top_p < 1.0 and rows[i].top_k == 0
+                   and rows[i].min_p == 0.0 and rows[i].typical_p == 1.0]
+    truncate = [i for i in random_rows if (rows[i].top_k > 0 or rows[i].top_p < 1.0) and i not in set(top_p_alone)]
+    untouched = [i for i in random_rows if rows[i].top_k == 0 and rows[i].top_p == 1.0]
     blocks: list[Block] = []
     if truncate:
         blocks += top_k_top_p(take_rows(x, truncate), truncate, [rows[i].top_k for i in truncate],
@@ -200,7 +205,7 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str):
         blocks.append(Block(untouched, take_rows(x, untouched), None, [x.shape[1]] * len(untouched)))
     for block in blocks:
         _min_p_and_typical(block, rows)
-    return x, rows, greedy, blocks
+    return x, rows, greedy, blocks, top_p_alone
 
 
 def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
@@ -226,9 +231,9 @@ def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[Sampl
     it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the token greedy
     decoding picks. `method` is "fast" (no sort of the vocabulary) or "sort" (the reference); both are exact.
 
-    Taught in: chapters/03-strategies.md
+    Taught in: chapters/03-strategies.ipynb
     """
-    x, _, greedy, blocks = _process(logits, params, output_tokens, method)
+    x, _, greedy, blocks, _ = _process(logits, params, output_tokens, method)
     out = torch.full_like(x, NEG_INF)  # [B, V]
     for block in blocks:
         out.index_copy_(0, torch.tensor(block.rows, device=x.device), block.dense(x.shape[1]))
@@ -248,14 +253,17 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 
     Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
     which picks token i with probability p_i (vLLM's and gpt-fast's trick: no cumulative sum, no host sync per row).
+    With `method="fast"`, rows with top-p alone (no top-k, min-p or typical) sample their nucleus by rejection with a
+    rising pivot (`decodelab.rejection`), without finding the nucleus first; their draws differ from the sort path's
+    for the same seed, their distribution does not.
     A row whose `generators[i]` is a `torch.Generator` draws its noise from it alone, so a seeded request gets the same
     tokens whatever else shares its batch; pass the same generator (from `make_generator`) at every step. A row with
     `params.seed` set but no generator gets a fresh generator from that seed for this call only (reproducible for one
     call; across steps it would repeat its noise, so engines should pass generators). Other rows use torch's global RNG.
 
-    Taught in: chapters/03-strategies.md
+    Taught in: chapters/03-strategies.ipynb
     """
-    x, rows, greedy, blocks = _process(logits, params, output_tokens, method)
+    x, rows, greedy, blocks, top_p_alone = _process(logits, params, output_tokens, method, method == "fast")
     batch = x.shape[0]
     if generators is None:
         generators = [None] * batch
@@ -273,6 +281,14 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     if greedy:
         index = torch.tensor(greedy, device=x.device)
         tokens[index] = take_rows(x, greedy).argmax(dim=-1)
+    if top_p_alone:
+        drawn, pending = top_p_rejection(take_rows(x, top_p_alone), [rows[i].top_p for i in top_p_alone],
+                                         [generators[i] for i in top_p_alone])
+        tokens[torch.tensor(top_p_alone, device=x.device)] = drawn
+        if pending:  # rare: rows the rejection rounds did not settle are drawn from the sorted nucleus
+            late = [top_p_alone[j] for j in pending]
+            blocks.append(Block(late, top_k_top_p_sort(take_rows(x, late), [0] * len(late),
+                                                       [rows[i].top_p for i in late]), None, [x.shape[1]] * len(late)))
     for block in blocks:
         probs = torch.softmax(block.logits, dim=-1)  # [n, K]
         noise = _exponential_noise(probs, [generators[i] for i in block.rows], block.widths)

@@ -10,13 +10,17 @@ Two exact paths for top-k/top-p, chosen by `method`:
   the vocabulary (flat logits) goes to the sort path, so the result is exact either way. Deciding costs one host
   synchronisation per round of widening, never one per row.
 
+`process_logits` needs the kept set itself and uses these paths; `sample(method="fast")` only needs one token from the
+nucleus, so rows with top-p alone (no top-k, min-p or typical) skip truncation there and are drawn by rejection
+(`decodelab.rejection`).
+
 Results come back as `Block`s, groups of rows sharing one layout: dense (column j is token j) or candidate columns with
 their token ids, so that the sampler draws its noise over a few hundred candidates instead of the whole vocabulary.
 
 Ties: on the boundary value the sort path keeps every tied token, as transformers does; the fast path keeps exactly k
 candidates for top-k (top-p keeps ties in both). Real logits rarely tie; the tests use logits without ties.
 
-Taught in: chapters/03-strategies.md
+Taught in: chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
