@@ -5,7 +5,8 @@ workspace folders under a temporary directory (so no user extension, setting or 
 popup off, a fixed token and a free local port; it waits until the server answers and stops it afterwards with
 `POST /api/shutdown`, killing it if it does not exit. The kernel is the venv's `python3` kernelspec.
 
-The helpers drive the page the way a student does: the Run menu, the status bar, the cell editor and the keyboard.
+The helpers drive the page the way a student does: the Run menu, the status bar, the cell editor and the keyboard;
+and the way an instructor lectures: jupyterlab-deck's toolbar button presents the notebook as slides in place.
 """
 from __future__ import annotations
 
@@ -247,3 +248,29 @@ def set_cell_source(page, index: int, source: str) -> None:
     typed = editor.inner_text()
     if typed.strip() != source.strip():
         raise AssertionError(f"the editor of cell {index} holds {typed!r}, not the text typed ({source!r})")
+
+
+# --- Lecture mode: jupyterlab-deck presents the notebook in place, so its widgets stay live ----------------------
+
+DECK_TOGGLE = "deck:toggle"  # jupyterlab-deck's command; its button sits in the notebook toolbar
+DECK_PRESENTING = "body[data-jp-deck-mode='presenting']"
+
+
+def start_deck(page, timeout_ms: int = 30_000) -> None:
+    """Select the first cell (the deck opens on the slide holding the active cell), then press the toolbar's deck
+    button and wait until the page is presenting."""
+    cells(page).first.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Escape")  # command mode: the deck's arrow keys need it
+    page.locator(f'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Toolbar [data-command="{DECK_TOGGLE}"]').click()
+    page.locator(DECK_PRESENTING).wait_for(state="attached", timeout=timeout_ms)  # <body> counts as hidden here
+
+
+def stop_deck(page, timeout_ms: int = 30_000) -> None:
+    """Press the exit button of the deck's remote and wait until the notebook is back."""
+    page.locator(".jp-Deck-Remote .jp-deck-mod-stop").click()
+    page.locator(DECK_PRESENTING).wait_for(state="detached", timeout=timeout_ms)
+
+
+def slide_cells(page):
+    """Locator of the cells on the slide now shown (jupyterlab-deck marks them on-screen)."""
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-deck-mod-onscreen")

@@ -6,7 +6,10 @@ notebooks, so nothing committed is modified:
   gets the hint written for that mistake, types a correct answer and the check passes;
 - an instructor runs a chapter, moves a live widget's slider and presses its button with the keyboard, and the
   figure and the numbers change (and, for the explorer, the kernel's Python object sees the new value);
-- lecture mode: setting `lecture=True` on the live explorer from the kernel enlarges it for a room.
+- lecture mode: setting `lecture=True` on the live explorer from the kernel enlarges it for a room, and a chapter
+  given slide metadata by scripts/add_slide_metadata.py is presented as slides with jupyterlab-deck (inside
+  JupyterLab, so the widgets stay live): the arrow keys go from slide to slide, and on the explorer's slide they
+  move its slider instead, the bars change and the kernel sees the new temperature.
 Screenshots of every step: _build/screenshots/lab-*.png.
 """
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,9 @@ import pytest
 from browser import launch_chromium, require_chromium, watch
 from lab import (
     cells,
+    slide_cells,
+    start_deck,
+    stop_deck,
     execution_count,
     open_notebook,
     output_text,
@@ -36,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXERCISE = ROOT / "exercises" / "01-logits-to-probs.ipynb"
 EXPLORER_CHAPTER = ROOT / "chapters" / "02-temperature.ipynb"
 STEPPER_CHAPTER = ROOT / "chapters" / "07-paged-attention.ipynb"
+SLIDE_SCRIPT = ROOT / "scripts" / "add_slide_metadata.py"
+EXPLORER_SLIDE = "自己动手：分布探索器"  # the `##` heading of the explorer's slide in chapter 02
 TIMEOUT_MS = 60_000
 
 pytestmark = pytest.mark.browser
@@ -248,4 +258,54 @@ def test_instructor_steps_the_paged_attention_stepper(page, lab):
         "three steps later the block pool and block tables look the same")
     screenshot(page, "stepper-3-next")
     assert re.search(r"第 \d+ 步", after_button["head"])
+    _assert_no_page_problems(page, lab)
+
+
+def test_instructor_presents_a_chapter_as_slides(page, lab, served):
+    """Lecture mode as README's instructor section gives it: slide metadata, Run All, `lecture=True`, the deck."""
+    slides = served / "chapters" / "02-temperature-slides.ipynb"
+    shutil.copyfile(EXPLORER_CHAPTER, slides)
+    added = subprocess.run([sys.executable, str(SLIDE_SCRIPT), str(slides)], capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0 and "added slide metadata" in added.stdout, added.stdout + added.stderr
+
+    open_notebook(page, lab, f"chapters/{slides.name}")
+    run_all(page, timeout_ms=180_000)
+    widget = page.locator(".dl-explorer").first
+    widget.wait_for()
+    font = "e => parseFloat(getComputedStyle(e).fontSize)"
+    normal_size = widget.evaluate(font)
+    assert _kernel_says(page, "setattr(explorer, 'lecture', True) or explorer.lecture") == "True"
+
+    start_deck(page)
+    first_slide = slide_cells(page).all_inner_texts()
+    assert first_slide and first_slide[0].lstrip().startswith("Temperature"), first_slide
+    assert widget.is_hidden(), "the explorer shows on the title slide: the notebook is not presented as slides"
+    screenshot(page, "deck-1-title")
+
+    headings = []
+    for _ in range(8):  # the explorer's slide is the 4th; the deck's own key binding, in command mode
+        if widget.is_visible():
+            break
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(300)
+        headings.append(slide_cells(page).first.inner_text().split("\n", 1)[0].strip("¶ "))
+    assert widget.is_visible() and headings[-1] == EXPLORER_SLIDE, f"slides seen: {headings}"
+    assert len(headings) >= 2 and len(set(headings)) == len(headings), f"slides seen: {headings}"
+    assert page.locator(".dl-explorer").count() == 1 and slide_cells(page).locator(".dl-explorer").count() == 1
+    assert "dl-lecture" in widget.get_attribute("class") and widget.evaluate(font) >= 1.5 * normal_size, (
+        f"the explorer on the slide is not in lecture size: {normal_size}px -> {widget.evaluate(font)}px")
+    before = _explorer_snapshot(widget)
+    screenshot(page, "deck-2-explorer")
+
+    widget.locator('input[data-param="temperature"]').focus()
+    for _ in range(10):  # T 1.00 -> 0.50; the arrows must move the slider, not the slides
+        page.keyboard.press("ArrowLeft")
+    after = _explorer_snapshot(widget)
+    assert after["temperature"] == "0.5", after["temperature"]
+    assert after["stats"] != before["stats"] and after["bars"] != before["bars"], "the slide's explorer did not respond"
+    assert widget.is_visible() and slide_cells(page).first.inner_text().startswith(EXPLORER_SLIDE)
+    screenshot(page, "deck-3-temperature")
+
+    stop_deck(page)
+    assert _kernel_says(page, "explorer.temperature") == "0.5", "the kernel did not see the slide's slider move"
     _assert_no_page_problems(page, lab)
