@@ -12,12 +12,13 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help venv assets book test lab serve execute model bench clean
+.PHONY: help venv assets book test lab lecture serve execute model bench clean
 
 help:
 	@echo "make book     build the HTML book into _build/html"
 	@echo "make test     run the whole suite (library, notebooks via nbval, book build, browser)"
 	@echo "make lab      JupyterLab on exercises/ with the course's environment"
+	@echo "make lecture  JupyterLab on chapters/, to present a chapter with live widgets"
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make execute  re-execute the notebooks whose notebook or library changed"
 	@echo "make model    retrain the shipped tiny-zh model"
@@ -50,6 +51,9 @@ test: venv assets
 
 lab: venv
 	$(BIN)/jupyter lab $(ROOT_FLAG) --notebook-dir=exercises
+
+lecture: venv
+	$(BIN)/jupyter lab $(ROOT_FLAG) --notebook-dir=chapters
 
 serve: book
 	@echo "Serving the book on http://127.0.0.1:8000 (Ctrl-C to stop)"

@@ -152,3 +152,12 @@ def test_script_on_copies_of_the_course_notebooks(tmp_path):
     missing = subprocess.run(command + ["--check", str(fresh)], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and f"needs slide metadata: {fresh}" in missing.stdout, missing.stdout
     assert fresh.read_bytes() == stamp, "--check modified the notebook"
+
+
+def test_committed_chapters_carry_slide_metadata():
+    """Every chapter can be presented as slides as committed: the script has nothing left to add."""
+    chapters = sorted(str(path) for path in (ROOT / "chapters").glob("*.ipynb"))
+    assert chapters, "no chapter notebooks found"
+    result = subprocess.run([sys.executable, str(SCRIPT), "--check", *chapters], capture_output=True, text=True)
+    assert result.returncode == 0, ("chapters lack slide metadata; run "
+                                    f"`python scripts/add_slide_metadata.py chapters/*.ipynb`:\n{result.stdout}{result.stderr}")
