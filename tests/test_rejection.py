@@ -193,3 +193,19 @@ def test_cuda_seeded_rows_and_nucleus():
     alone = sample(logits[5:6], params[5:6], [make_generator(5, "cuda")])
     assert int(alone[0]) == int(tokens[5])
 
+
+
+def test_fast_top_k_divides_only_the_candidates_by_temperature():
+    """The fast top-k route chooses candidates on untempered logits (dividing keeps the order) and divides those."""
+    from decodelab.truncation import top_k_top_p
+
+    torch.manual_seed(18)
+    logits = torch.randn(3, 2000) * 3
+    temperature = torch.tensor([[0.5], [1.0], [1.7]])
+    sort_path = top_k_top_p(logits, [0, 1, 2], [5, 40, 300], [0.9, 1.0, 0.8], "sort", temperature)[0].dense(2000)
+    for block in top_k_top_p(logits, [0, 1, 2], [5, 40, 300], [0.9, 1.0, 0.8], "fast", temperature):
+        assert torch.equal(block.dense(2000), sort_path[block.rows])
+    assert torch.equal(sort_path, top_k_top_p(logits / temperature, [0, 1, 2], [5, 40, 300], [0.9, 1.0, 0.8],
+                                              "sort")[0].logits)
+    with pytest.raises(ValueError, match="top_k"):
+        top_k_top_p(logits, [0, 1, 2], [5, 0, 3], [0.9] * 3, "fast", temperature)

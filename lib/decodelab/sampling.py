@@ -174,8 +174,9 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingParams], output_tokens)
 
 
 def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False):
-    """Shared by `process_logits` and `sample`: returns the penalised, tempered logits `x`, the rows' params, greedy
-    rows, the blocks, and (with `defer_top_p`) the rows with top-p alone, left for rejection sampling."""
+    """Shared by `process_logits` and `sample`: returns the penalised logits `x` (not yet tempered), the rows' params,
+    greedy rows, the blocks, and (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, with
+    their tempered logits."""
     _check_logits(logits)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -189,23 +190,35 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
     greedy = [i for i, r in enumerate(rows) if r.greedy]
     random_rows = [i for i, r in enumerate(rows) if not r.greedy]
+    temperature = None  # [B, 1]
     if any(rows[i].temperature != 1.0 for i in random_rows):
         temperature = torch.tensor([r.temperature if not r.greedy else 1.0 for r in rows], dtype=dtype,
-                                   device=x.device)
-        x = x / temperature.unsqueeze(1)
+                                   device=x.device).unsqueeze(1)
+
+    def tempered(group: list[int]) -> torch.Tensor:  # [len(group), V]
+        part = take_rows(x, group)
+        return part if temperature is None else part / take_rows(temperature, group)
+
     top_p_alone = [i for i in random_rows if defer_top_p and rows[i].top_p < 1.0 and rows[i].top_k == 0
                    and rows[i].min_p == 0.0 and rows[i].typical_p == 1.0]
     truncate = [i for i in random_rows if (rows[i].top_k > 0 or rows[i].top_p < 1.0) and i not in set(top_p_alone)]
     untouched = [i for i in random_rows if rows[i].top_k == 0 and rows[i].top_p == 1.0]
+    # the fast top-k route divides only each row's k candidates: dividing by a temperature keeps the order
+    top_k_first = [i for i in truncate if method == "fast" and rows[i].top_k > 0]
+    truncate = [i for i in truncate if i not in set(top_k_first)]
     blocks: list[Block] = []
+    if top_k_first:
+        blocks += top_k_top_p(take_rows(x, top_k_first), top_k_first, [rows[i].top_k for i in top_k_first],
+                              [rows[i].top_p for i in top_k_first], method,
+                              None if temperature is None else take_rows(temperature, top_k_first))
     if truncate:
-        blocks += top_k_top_p(take_rows(x, truncate), truncate, [rows[i].top_k for i in truncate],
+        blocks += top_k_top_p(tempered(truncate), truncate, [rows[i].top_k for i in truncate],
                               [rows[i].top_p for i in truncate], method)
     if untouched:
-        blocks.append(Block(untouched, take_rows(x, untouched), None, [x.shape[1]] * len(untouched)))
+        blocks.append(Block(untouched, tempered(untouched), None, [x.shape[1]] * len(untouched)))
     for block in blocks:
         _min_p_and_typical(block, rows)
-    return x, rows, greedy, blocks, top_p_alone
+    return x, rows, greedy, blocks, top_p_alone, tempered(top_p_alone) if top_p_alone else None
 
 
 def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
@@ -233,7 +246,7 @@ def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[Sampl
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, _, greedy, blocks, _ = _process(logits, params, output_tokens, method)
+    x, _, greedy, blocks, _, _ = _process(logits, params, output_tokens, method)
     out = torch.full_like(x, NEG_INF)  # [B, V]
     for block in blocks:
         out.index_copy_(0, torch.tensor(block.rows, device=x.device), block.dense(x.shape[1]))
@@ -263,7 +276,8 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, rows, greedy, blocks, top_p_alone = _process(logits, params, output_tokens, method, method == "fast")
+    x, rows, greedy, blocks, top_p_alone, top_p_logits = _process(logits, params, output_tokens, method,
+                                                                  method == "fast")
     batch = x.shape[0]
     if generators is None:
         generators = [None] * batch
@@ -282,13 +296,13 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         index = torch.tensor(greedy, device=x.device)
         tokens[index] = take_rows(x, greedy).argmax(dim=-1)
     if top_p_alone:
-        drawn, pending = top_p_rejection(take_rows(x, top_p_alone), [rows[i].top_p for i in top_p_alone],
+        drawn, pending = top_p_rejection(top_p_logits, [rows[i].top_p for i in top_p_alone],
                                          [generators[i] for i in top_p_alone])
         tokens[torch.tensor(top_p_alone, device=x.device)] = drawn
         if pending:  # rare: rows the rejection rounds did not settle are drawn from the sorted nucleus
             late = [top_p_alone[j] for j in pending]
-            blocks.append(Block(late, top_k_top_p_sort(take_rows(x, late), [0] * len(late),
-                                                       [rows[i].top_p for i in late]), None, [x.shape[1]] * len(late)))
+            nucleus = top_k_top_p_sort(take_rows(top_p_logits, pending), [0] * len(late), [rows[i].top_p for i in late])
+            blocks.append(Block(late, nucleus, None, [x.shape[1]] * len(late)))
     for block in blocks:
         probs = torch.softmax(block.logits, dim=-1)  # [n, K]
         noise = _exponential_noise(probs, [generators[i] for i in block.rows], block.widths)

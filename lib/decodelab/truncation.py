@@ -58,11 +58,19 @@ def take_rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
     return x.index_select(0, torch.tensor(rows, device=x.device))
 
 
-def top_k_top_p(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float], method: str) -> list[Block]:
-    """Apply top-k then top-p to `x` (`[n, V]`, the logits of batch rows `rows`); 0 / 1.0 switch a filter off."""
+def top_k_top_p(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float], method: str,
+                temperature: torch.Tensor | None = None) -> list[Block]:
+    """Apply top-k then top-p to `x` (`[n, V]`, the logits of batch rows `rows`); 0 / 1.0 switch a filter off.
+
+    `temperature` (`[n, 1]`, rows with top-k only) divides `x` first; the fast path divides only each row's k
+    candidates, which are the same since dividing by a positive number keeps the order.
+    """
+    if temperature is not None and not all(k > 0 for k in top_k):
+        raise ValueError(f"temperature is for rows that all set top_k, got top_k={top_k}")
     if method == "sort":
+        x = x if temperature is None else x / temperature
         return [Block(rows, top_k_top_p_sort(x, top_k, top_p), None, [x.shape[1]] * len(rows))]
-    return _top_k_top_p_fast(x, rows, top_k, top_p)
+    return _top_k_top_p_fast(x, rows, top_k, top_p, temperature)
 
 
 def top_k_top_p_sort(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
@@ -95,7 +103,8 @@ def _candidate_width(k: int, bound: float, vocab_size: int) -> int | None:
     return None
 
 
-def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float]) -> list[Block]:
+def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float],
+                      temperature: torch.Tensor | None) -> list[Block]:
     n, vocab_size = x.shape
     p_only = [k == 0 and p < 1.0 for k, p in zip(top_k, top_p)]
     bounds = [0.0] * n
@@ -121,7 +130,8 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
         for group_width in sorted({widths[i] for i in pending if widths[i] is not None and top_k[i] == 0}):
             groups.append([i for i in pending if widths[i] == group_width and top_k[i] == 0])
         for group in filter(None, groups):
-            block, uncovered = _candidate_block(x, rows, group, [widths[i] for i in group], top_k, top_p, log_norm)
+            block, uncovered = _candidate_block(x, rows, group, [widths[i] for i in group], top_k, top_p, log_norm,
+                                                temperature)
             blocks += [block] if block is not None else []
             retry += uncovered
         for i in retry:
@@ -135,10 +145,13 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
 
 
 def _candidate_block(x: torch.Tensor, rows: list[int], group: list[int], widths: list[int], top_k: list[int],
-                     top_p: list[float], log_norm: torch.Tensor | None) -> tuple[Block | None, list[int]]:
+                     top_p: list[float], log_norm: torch.Tensor | None,
+                     temperature: torch.Tensor | None = None) -> tuple[Block | None, list[int]]:
     """Top-k/top-p on the `widths` best candidates of rows `group`; returns the covered rows' block and the rest."""
     width = torch.tensor(widths, device=x.device)  # [m]
     vals, ids = torch.topk(take_rows(x, group), max(widths), dim=-1)  # [m, K], descending
+    if temperature is not None:
+        vals = vals / take_rows(temperature, group)
     columns = torch.arange(vals.shape[1], device=x.device)
     vals = vals.masked_fill(columns.unsqueeze(0) >= width.unsqueeze(1), NEG_INF)
     covered = [True] * len(group)
