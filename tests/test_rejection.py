@@ -118,7 +118,7 @@ def test_only_rows_with_top_p_alone_take_the_rejection_route(monkeypatch):
     seen = []
 
     def spy(logits, top_p, generators, **kwargs):
-        seen.append((logits.clone(), list(top_p)))
+        seen.append((logits.clone(), list(top_p), kwargs.get("temperature")))
         return top_p_rejection(logits, top_p, generators, **kwargs)
 
     monkeypatch.setattr(sampling, "top_p_rejection", spy)
@@ -129,9 +129,9 @@ def test_only_rows_with_top_p_alone_take_the_rejection_route(monkeypatch):
               SamplingParams(temperature=0.0, top_p=0.9), SamplingParams(), SamplingParams(top_k=3)]
     tokens = sample(logits, params, method="fast")
     assert len(seen) == 1
-    routed, top_p = seen[0]
-    assert top_p == [0.9, 0.5]
-    torch.testing.assert_close(routed, torch.stack([logits[0], logits[4] / 0.5]))
+    routed, top_p, temperature = seen[0]
+    assert top_p == [0.9, 0.5] and temperature == [1.0, 0.5]
+    torch.testing.assert_close(routed, torch.stack([logits[0], logits[4]]))
     kept = torch.isfinite(process_logits(logits, params, method="sort"))
     assert kept.gather(1, tokens.unsqueeze(1)).all()
     sample(logits, params, method="sort")
@@ -170,16 +170,19 @@ def test_tiny_vocabularies_float64_and_removed_tokens():
     (dict(generators=[None]), ValueError, "generators"),
     (dict(generators=torch.Generator()), ValueError, "generators"),
     (dict(generators=[None, 7]), TypeError, r"generators\[1\]"),
+    (dict(temperature=[1.0]), ValueError, "temperature"),
+    (dict(temperature=[1.0, 0.0]), ValueError, "temperature"),
+    (dict(temperature=[1.0, float("inf")]), ValueError, "temperature"),
     (dict(max_rounds=0), ValueError, "max_rounds"),
     (dict(max_rounds=True), ValueError, "max_rounds"),
     (dict(logits=torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]])), ValueError, "finite"),
     (dict(logits=torch.tensor([[0.0, float("nan")], [0.0, 1.0]])), ValueError, "finite"),
 ])
 def test_rejects_bad_input(kwargs, error, pattern):
-    args = dict(logits=torch.randn(2, 5), top_p=[0.9, 0.5], generators=[None, None], max_rounds=4)
+    args = dict(logits=torch.randn(2, 5), top_p=[0.9, 0.5], generators=[None, None], temperature=None, max_rounds=4)
     args.update(kwargs)
     with pytest.raises(error, match=pattern):
-        top_p_rejection(args["logits"], args["top_p"], args["generators"], max_rounds=args["max_rounds"])
+        top_p_rejection(args["logits"], args["top_p"], args["generators"], args["temperature"], args["max_rounds"])
 
 
 @pytest.mark.cuda

@@ -175,8 +175,8 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingParams], output_tokens)
 
 def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False):
     """Shared by `process_logits` and `sample`: returns the penalised logits `x` (not yet tempered), the rows' params,
-    greedy rows, the blocks, and (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, with
-    their tempered logits."""
+    greedy rows, the blocks, (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, and the
+    rows' temperatures `[B, 1]` (None when all are 1)."""
     _check_logits(logits)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -218,7 +218,7 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
         blocks.append(Block(untouched, tempered(untouched), None, [x.shape[1]] * len(untouched)))
     for block in blocks:
         _min_p_and_typical(block, rows)
-    return x, rows, greedy, blocks, top_p_alone, tempered(top_p_alone) if top_p_alone else None
+    return x, rows, greedy, blocks, top_p_alone, temperature
 
 
 def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
@@ -276,8 +276,8 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, rows, greedy, blocks, top_p_alone, top_p_logits = _process(logits, params, output_tokens, method,
-                                                                  method == "fast")
+    x, rows, greedy, blocks, top_p_alone, temperature = _process(logits, params, output_tokens, method,
+                                                                 method == "fast")
     batch = x.shape[0]
     if generators is None:
         generators = [None] * batch
@@ -296,12 +296,14 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         index = torch.tensor(greedy, device=x.device)
         tokens[index] = take_rows(x, greedy).argmax(dim=-1)
     if top_p_alone:
-        drawn, pending = top_p_rejection(top_p_logits, [rows[i].top_p for i in top_p_alone],
-                                         [generators[i] for i in top_p_alone])
+        drawn, pending = top_p_rejection(take_rows(x, top_p_alone), [rows[i].top_p for i in top_p_alone],
+                                         [generators[i] for i in top_p_alone],
+                                         temperature=[rows[i].temperature for i in top_p_alone])
         tokens[torch.tensor(top_p_alone, device=x.device)] = drawn
         if pending:  # rare: rows the rejection rounds did not settle are drawn from the sorted nucleus
             late = [top_p_alone[j] for j in pending]
-            nucleus = top_k_top_p_sort(take_rows(top_p_logits, pending), [0] * len(late), [rows[i].top_p for i in late])
+            late_x = take_rows(x, late) if temperature is None else take_rows(x, late) / take_rows(temperature, late)
+            nucleus = top_k_top_p_sort(late_x, [0] * len(late), [rows[i].top_p for i in late])
             blocks.append(Block(late, nucleus, None, [x.shape[1]] * len(late)))
     for block in blocks:
         probs = torch.softmax(block.logits, dim=-1)  # [n, K]
