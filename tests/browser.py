@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +20,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+OFFLINE = ROOT / "_offline"
+REQUIRE_CONFIG = ROOT / "book" / "static" / "widgets-require-config.js"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = (
     "--no-sandbox",
@@ -45,6 +51,20 @@ def require_chromium() -> Path:
 def launch_chromium(playwright):
     """Launch Debian's Chromium headless with flags that keep it from calling home."""
     return playwright.chromium.launch(executable_path=str(require_chromium()), args=list(CHROMIUM_ARGS))
+
+
+@contextmanager
+def chromium_browser():
+    """Debian's Chromium, launched once for a module's tests and closed after them (or a skip, as require_chromium)."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 def is_local(url: str) -> bool:
@@ -123,3 +143,63 @@ def watch(context_or_page) -> PageProblems:
     else:
         on_page(context_or_page)
     return problems
+
+
+STANDALONE_PAGE = """<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8"><title>{title}</title>
+<script src="_static/requirejs/require.js"></script>
+<script src="_static/widgets-require-config.js"></script>
+<script src="_static/widgets/embed-amd.js"></script>
+</head><body>
+<script type="application/vnd.jupyter.widget-state+json">{state}</script>
+<script type="application/vnd.jupyter.widget-view+json">{view}</script>
+</body></html>
+"""
+WIDGET_STATE_MARKER = '<script type="application/vnd.jupyter.widget-state+json">'
+
+
+def write_standalone_site(site: Path, widget, title: str) -> None:
+    """Lay `site` out like the book's _build/html (require.js, the embed manager, anywidget's loader under
+    _static/) and write `site/index.html`, a page that embeds `widget`'s full saved state, as a saved notebook
+    holds it. The offline JavaScript comes from scripts/fetch_offline_assets.sh (needs npm the first time)."""
+    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert fetch.returncode == 0 and (OFFLINE / "widgets" / "embed-amd.js").is_file(), (
+        f"the offline widget JavaScript is missing (scripts/fetch_offline_assets.sh needs npm):\n{fetch.stderr}")
+    import anywidget
+    from ipywidgets.embed import embed_data
+
+    static = Path(site) / "_static"
+    shutil.copytree(OFFLINE / "requirejs", static / "requirejs")
+    shutil.copytree(OFFLINE / "widgets", static / "widgets")
+    shutil.copyfile(REQUIRE_CONFIG, static / "widgets-require-config.js")
+    (static / "anywidget").mkdir()
+    shutil.copyfile(Path(anywidget.__file__).parent / "nbextension" / "index.js", static / "anywidget" / "index.js")
+    data = embed_data(views=[widget], drop_defaults=False)
+    (Path(site) / "index.html").write_text(
+        STANDALONE_PAGE.format(title=title, state=json.dumps(data["manager_state"]),
+                               view=json.dumps(data["view_specs"][0])), encoding="utf-8")
+
+
+def saved_widget_states(html: Path) -> list[dict]:
+    """The model states of every widget saved on a built page (its widget-state script)."""
+    text = Path(html).read_text(encoding="utf-8")
+    start = text.index(WIDGET_STATE_MARKER) + len(WIDGET_STATE_MARKER)
+    state = json.loads(text[start:text.index("</script>", start)])
+    return [model["state"] for model in state["state"].values()]
+
+
+@contextmanager
+def served_page(browser, root: Path, path: str, *, timeout_ms: int, viewport: dict | None = None,
+                wait_for: str | None = None) -> Iterator:
+    """Serve `root`, open `path` under it in a new watched page and wait for the selector `wait_for`; yields the page.
+    After the block the page is closed and must have had no problems (`watch`)."""
+    with serve_directory(root) as base_url:
+        page = browser.new_page(viewport=viewport) if viewport else browser.new_page()
+        problems = watch(page)
+        page.goto(base_url + path, timeout=timeout_ms)
+        if wait_for is not None:
+            page.wait_for_selector(wait_for, timeout=timeout_ms)
+        yield page
+        page.close()
+    assert not problems.summary(), problems.summary()

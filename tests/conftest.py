@@ -74,3 +74,12 @@ def built_book() -> Path:
     log = (result.stdout + result.stderr).splitlines()
     assert result.returncode == 0, f"{' '.join(command)} exited with {result.returncode}:\n" + "\n".join(log[-60:])
     return ROOT / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium driven by Playwright, one per test module (tests/browser.py says how it is launched)."""
+    from browser import chromium_browser
+
+    with chromium_browser() as chromium:
+        yield chromium

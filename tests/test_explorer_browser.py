@@ -7,35 +7,19 @@ serves (fast, independent of the book build), and the real chapter page of the b
 from __future__ import annotations
 
 import base64
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from browser import launch_chromium, require_chromium, serve_directory, watch
+from browser import saved_widget_states, served_page, write_standalone_site
 from decodelab.widgets.explorer import DistributionExplorer, ExplorerParams, explorer_state, make_context
 
 ROOT = Path(__file__).resolve().parent.parent
-OFFLINE = ROOT / "_offline"
-REQUIRE_CONFIG = ROOT / "book" / "static" / "widgets-require-config.js"
 ESM = ROOT / "lib" / "decodelab" / "widgets" / "explorer.js"
 TIMEOUT_MS = 30_000
 
 pytestmark = pytest.mark.browser
-
-PAGE = """<!DOCTYPE html>
-<html lang="zh-CN"><head><meta charset="utf-8"><title>explorer</title>
-<script src="_static/requirejs/require.js"></script>
-<script src="_static/widgets-require-config.js"></script>
-<script src="_static/widgets/embed-amd.js"></script>
-</head><body>
-<script type="application/vnd.jupyter.widget-state+json">{state}</script>
-<script type="application/vnd.jupyter.widget-view+json">{view}</script>
-</body></html>
-"""
 
 
 def _widget() -> DistributionExplorer:
@@ -48,39 +32,11 @@ def _widget() -> DistributionExplorer:
 
 @pytest.fixture(scope="module")
 def standalone_site(tmp_path_factory) -> tuple[Path, DistributionExplorer]:
-    """A folder laid out like the book's _build/html/_static: require.js, the embed manager, anywidget's loader."""
-    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
-    assert fetch.returncode == 0 and (OFFLINE / "widgets" / "embed-amd.js").is_file(), (
-        f"the offline widget JavaScript is missing (scripts/fetch_offline_assets.sh needs npm):\n{fetch.stderr}")
-    import anywidget
-    from ipywidgets.embed import embed_data
-
+    """A folder laid out like the book's _build/html/_static, with a page that embeds one explorer."""
     site = tmp_path_factory.mktemp("explorer-site")
-    static = site / "_static"
-    shutil.copytree(OFFLINE / "requirejs", static / "requirejs")
-    shutil.copytree(OFFLINE / "widgets", static / "widgets")
-    shutil.copyfile(REQUIRE_CONFIG, static / "widgets-require-config.js")
-    (static / "anywidget").mkdir()
-    shutil.copyfile(Path(anywidget.__file__).parent / "nbextension" / "index.js", static / "anywidget" / "index.js")
     widget = _widget()
-    data = embed_data(views=[widget], drop_defaults=False)  # full state, as a saved notebook holds it
-    (site / "index.html").write_text(
-        PAGE.format(state=json.dumps(data["manager_state"]), view=json.dumps(data["view_specs"][0])), encoding="utf-8")
+    write_standalone_site(site, widget, title="explorer")
     return site, widget
-
-
-@pytest.fixture(scope="module")
-def browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def shown_probs(page, panel: int) -> dict[str, float]:
@@ -130,18 +86,13 @@ def test_esm_compute_mirrors_python(browser, standalone_site):
                                 top_p=float(rng.choice([1.0, 0.9, 0.5, 0.05])), min_p=float(rng.choice([0.0, 0.1])))
         cases.append((logits, params))
     source = base64.b64encode(ESM.read_bytes()).decode()
-    with serve_directory(site) as base_url:
-        page = browser.new_page()
-        problems = watch(page)
-        page.goto(base_url + "index.html", timeout=TIMEOUT_MS)
+    with served_page(browser, site, "index.html", timeout_ms=TIMEOUT_MS) as page:
         results = page.evaluate(
             """async ([source, cases]) => {
                  const module = await import(`data:text/javascript;base64,${source}`);
                  return cases.map(([logits, params]) => module.computeState(logits, params));
                }""",
             [source, [[logits, vars(params)] for logits, params in cases]])
-        page.close()
-    assert not problems.summary(), problems.summary()
     for (logits, params), result in zip(cases, results):
         state = explorer_state(logits, params)
         assert result["kept"] == state.kept.tolist(), params
@@ -152,11 +103,8 @@ def test_esm_compute_mirrors_python(browser, standalone_site):
 
 def test_temperature_slider_redraws_a_standalone_page(browser, standalone_site):
     site, widget = standalone_site
-    with serve_directory(site) as base_url:
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        problems = watch(page)
-        page.goto(base_url + "index.html", timeout=TIMEOUT_MS)
-        page.wait_for_selector(".dl-explorer-row", timeout=TIMEOUT_MS)
+    with served_page(browser, site, "index.html", timeout_ms=TIMEOUT_MS,
+                     viewport={"width": 1200, "height": 900}, wait_for=".dl-explorer-row") as page:
         assert_shows(page, widget, ExplorerParams(temperature=1.0, top_p=0.9))
         kept_before = page.eval_on_selector_all(".dl-explorer-stats", "s => s.map((e) => e.dataset.keptCount)")
         widths_before = bar_widths(page)
@@ -169,8 +117,6 @@ def test_temperature_slider_redraws_a_standalone_page(browser, standalone_site):
         assert all(int(a) <= int(b) for a, b in zip(kept_after, kept_before)) and kept_after != kept_before
         page.locator('.dl-explorer input[data-param="use_min_p"]').check()
         assert_shows(page, widget, ExplorerParams(temperature=0.5, top_p=0.9, min_p=0.0))  # the min-p slider is at 0
-        page.close()
-    assert not problems.summary(), problems.summary()
 
 
 CHAPTER = "chapters/02-temperature"
@@ -178,12 +124,8 @@ CHAPTER = "chapters/02-temperature"
 
 def saved_explorer_state(html: Path) -> dict:
     """The DistributionExplorer's saved model state on a built page."""
-    text = html.read_text(encoding="utf-8")
-    marker = '<script type="application/vnd.jupyter.widget-state+json">'
-    start = text.index(marker) + len(marker)
-    state = json.loads(text[start:text.index("</script>", start)])
-    explorers = [model["state"] for model in state["state"].values()
-                 if model["state"].get("_anywidget_id", "").endswith("explorer.DistributionExplorer")]
+    explorers = [state for state in saved_widget_states(html)
+                 if state.get("_anywidget_id", "").endswith("explorer.DistributionExplorer")]
     assert len(explorers) == 1, f"expected one DistributionExplorer on {html.name}, found {len(explorers)}"
     return explorers[0]
 
@@ -191,11 +133,8 @@ def saved_explorer_state(html: Path) -> dict:
 def test_temperature_slider_redraws_the_chapter_page(browser, built_book):
     saved = saved_explorer_state(built_book / f"{CHAPTER}.html")
     start = ExplorerParams(temperature=saved["temperature"], top_k=saved["top_k"], top_p=saved["top_p"])
-    with serve_directory(built_book) as base_url:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        problems = watch(page)
-        page.goto(base_url + f"{CHAPTER}.html", timeout=TIMEOUT_MS)
-        page.wait_for_selector(".dl-explorer-row", timeout=TIMEOUT_MS)
+    with served_page(browser, built_book, f"{CHAPTER}.html", timeout_ms=TIMEOUT_MS,
+                     viewport={"width": 1280, "height": 900}, wait_for=".dl-explorer-row") as page:
         assert_shows(page, saved, start)
         widths_before = bar_widths(page)
         move_temperature(page, 10, "ArrowLeft")  # 0.05 per press
@@ -204,5 +143,3 @@ def test_temperature_slider_redraws_the_chapter_page(browser, built_book):
         assert page.locator(".dl-explorer-control-value").first.text_content() == f"{colder.temperature:.2f}"
         assert bar_widths(page) != widths_before
         assert_shows(page, saved, colder)
-        page.close()
-    assert not problems.summary(), problems.summary()

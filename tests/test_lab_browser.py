@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import launch_chromium, require_chromium, watch
+from browser import watch
 from lab import (
     cells,
     slide_cells,
@@ -87,19 +87,6 @@ def served(tmp_path_factory) -> Path:
 def lab(served):
     with running_lab(served) as lab:
         yield lab
-
-
-@pytest.fixture(scope="module")
-def browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture()
@@ -178,11 +165,17 @@ def _kernel_says(page, expression: str) -> str:
     return output_text(page, count).strip()
 
 
-def test_instructor_moves_the_temperature_explorer(page, lab):
-    open_notebook(page, lab, f"chapters/{EXPLORER_CHAPTER.name}")
+def _run_chapter_widget(page, lab, chapter: Path, selector: str):
+    """Open the served copy of `chapter`, run all its cells, and return the first widget matching `selector`."""
+    open_notebook(page, lab, f"chapters/{chapter.name}")
     run_all(page, timeout_ms=180_000)
-    widget = page.locator(".dl-explorer").first
+    widget = page.locator(selector).first
     widget.wait_for()
+    return widget
+
+
+def test_instructor_moves_the_temperature_explorer(page, lab):
+    widget = _run_chapter_widget(page, lab, EXPLORER_CHAPTER, ".dl-explorer")
     widget.scroll_into_view_if_needed()
     before = _explorer_snapshot(widget)
     screenshot(page, "explorer-1-before")
@@ -232,10 +225,7 @@ def _stepper_snapshot(widget) -> dict:
 
 
 def test_instructor_steps_the_paged_attention_stepper(page, lab):
-    open_notebook(page, lab, f"chapters/{STEPPER_CHAPTER.name}")
-    run_all(page, timeout_ms=180_000)
-    widget = page.locator(".dl-paged").first
-    widget.wait_for()
+    widget = _run_chapter_widget(page, lab, STEPPER_CHAPTER, ".dl-paged")
     widget.scroll_into_view_if_needed()
     before = _stepper_snapshot(widget)
     screenshot(page, "stepper-1-before")
@@ -268,10 +258,7 @@ def test_instructor_presents_a_chapter_as_slides(page, lab, served):
     added = subprocess.run([sys.executable, str(SLIDE_SCRIPT), str(slides)], capture_output=True, text=True, timeout=60)
     assert added.returncode == 0 and "added slide metadata" in added.stdout, added.stdout + added.stderr
 
-    open_notebook(page, lab, f"chapters/{slides.name}")
-    run_all(page, timeout_ms=180_000)
-    widget = page.locator(".dl-explorer").first
-    widget.wait_for()
+    widget = _run_chapter_widget(page, lab, slides, ".dl-explorer")
     font = "e => parseFloat(getComputedStyle(e).fontSize)"
     normal_size = widget.evaluate(font)
     assert _kernel_says(page, "setattr(explorer, 'lecture', True) or explorer.lecture") == "True"

@@ -6,76 +6,31 @@ chapter 07 of the built book.
 """
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from browser import launch_chromium, require_chromium, serve_directory, watch
+from browser import saved_widget_states, served_page, watch, write_standalone_site
 from decodelab.engine import Engine
 from decodelab.sampling import SamplingParams
 from decodelab.widgets.paged_stepper import Arrival, PagedStepper, record_frames
 
-ROOT = Path(__file__).resolve().parent.parent
-OFFLINE = ROOT / "_offline"
-REQUIRE_CONFIG = ROOT / "book" / "static" / "widgets-require-config.js"
 CHAPTER = "chapters/07-paged-attention"
 TIMEOUT_MS = 30_000
 
 pytestmark = pytest.mark.browser
 
-PAGE = """<!DOCTYPE html>
-<html lang="zh-CN"><head><meta charset="utf-8"><title>stepper</title>
-<script src="_static/requirejs/require.js"></script>
-<script src="_static/widgets-require-config.js"></script>
-<script src="_static/widgets/embed-amd.js"></script>
-</head><body>
-<script type="application/vnd.jupyter.widget-state+json">{state}</script>
-<script type="application/vnd.jupyter.widget-view+json">{view}</script>
-</body></html>
-"""
-
 
 @pytest.fixture(scope="module")
 def standalone_site(tmp_path_factory, random_llama) -> tuple[Path, PagedStepper]:
-    fetch = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_offline_assets.sh")], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
-    assert fetch.returncode == 0 and (OFFLINE / "widgets" / "embed-amd.js").is_file(), (
-        f"the offline widget JavaScript is missing (scripts/fetch_offline_assets.sh needs npm):\n{fetch.stderr}")
-    import anywidget
-    from ipywidgets.embed import embed_data
-
     greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     arrivals = [Arrival(0, tuple(range(10, 19)), greedy), Arrival(1, tuple(range(30, 35)), greedy),
                 Arrival(3, (7, 8), SamplingParams(temperature=1.0, seed=0, n=2, max_tokens=5, ignore_eos=True))]
     frames = record_frames(Engine(random_llama, block_size=4, num_blocks=10, max_num_seqs=4), arrivals, token_text=str)
     widget = PagedStepper(frames, block_size=4, index=0)
     site = tmp_path_factory.mktemp("stepper-site")
-    static = site / "_static"
-    shutil.copytree(OFFLINE / "requirejs", static / "requirejs")
-    shutil.copytree(OFFLINE / "widgets", static / "widgets")
-    shutil.copyfile(REQUIRE_CONFIG, static / "widgets-require-config.js")
-    (static / "anywidget").mkdir()
-    shutil.copyfile(Path(anywidget.__file__).parent / "nbextension" / "index.js", static / "anywidget" / "index.js")
-    data = embed_data(views=[widget], drop_defaults=False)
-    (site / "index.html").write_text(
-        PAGE.format(state=json.dumps(data["manager_state"]), view=json.dumps(data["view_specs"][0])), encoding="utf-8")
+    write_standalone_site(site, widget, title="stepper")
     return site, widget
-
-
-@pytest.fixture(scope="module")
-def browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def shown_state(page) -> dict:
@@ -113,36 +68,22 @@ def press_through(page, frames: list[dict], start: int) -> None:
 
 def test_next_steps_through_a_standalone_page(browser, standalone_site):
     site, widget = standalone_site
-    with serve_directory(site) as base_url:
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        problems = watch(page)
-        page.goto(base_url + "index.html", timeout=TIMEOUT_MS)
-        page.wait_for_selector(".dl-paged-block", timeout=TIMEOUT_MS)
+    with served_page(browser, site, "index.html", timeout_ms=TIMEOUT_MS,
+                     viewport={"width": 1200, "height": 900}, wait_for=".dl-paged-block") as page:
         press_through(page, widget.frames, widget.index)
-        page.close()
-    assert not problems.summary(), problems.summary()
 
 
 def saved_stepper_state(html: Path) -> dict:
-    text = html.read_text(encoding="utf-8")
-    marker = '<script type="application/vnd.jupyter.widget-state+json">'
-    start = text.index(marker) + len(marker)
-    state = json.loads(text[start:text.index("</script>", start)])
-    steppers = [model["state"] for model in state["state"].values() if "frames" in model["state"]]
+    steppers = [state for state in saved_widget_states(html) if "frames" in state]
     assert len(steppers) == 1, f"expected one PagedStepper on {html.name}, found {len(steppers)}"
     return steppers[0]
 
 
 def test_next_changes_the_block_table_in_the_book(browser, built_book):
     saved = saved_stepper_state(built_book / f"{CHAPTER}.html")
-    with serve_directory(built_book) as base_url:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        problems = watch(page)
-        page.goto(base_url + f"{CHAPTER}.html", timeout=TIMEOUT_MS)
-        page.wait_for_selector(".dl-paged-block", timeout=TIMEOUT_MS)
+    with served_page(browser, built_book, f"{CHAPTER}.html", timeout_ms=TIMEOUT_MS,
+                     viewport={"width": 1280, "height": 900}, wait_for=".dl-paged-block") as page:
         press_through(page, saved["frames"], saved["index"])
-        page.close()
-    assert not problems.summary(), problems.summary()
 
 
 def test_cost_explorer_esm_mirrors_python(browser):
