@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ from transformers.generation.logits_process import (
 )
 
 from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.timing import synced_seconds
 
 RESULTS = Path(__file__).parent / "results" / "sampling.json"
 SCENARIOS = {  # name: (logit sigma, top_k, top_p)
@@ -54,13 +54,7 @@ def time_calls(calls: dict, device: str, repeats: int) -> dict:
     times = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - start) * 1e3)
+            times[name].append(synced_seconds(fn, device) * 1e3)
     return {name: statistics.median(values) for name, values in times.items()}
 
 

@@ -21,6 +21,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from decodelab.generate import model_step
+from decodelab.timing import synced_seconds
 
 DATA = Path(__file__).resolve().parent.parent / "chapters" / "data"
 
@@ -36,16 +37,7 @@ def timing_model(device: str) -> LlamaForCausalLM:
 def seconds(fn, device: str, repeats: int) -> float:
     """Best of `repeats` wall-clock runs of fn() (after one warm-up run)."""
     fn()
-    best = float("inf")
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min((synced_seconds(fn, device) for _ in range(repeats)), default=float("inf"))
 
 
 @torch.inference_mode()
@@ -54,17 +46,15 @@ def prefill_and_decode(model, device: str, batch: int, prompt_len: int, decode_s
     ids = torch.randint(3, 473, (batch, prompt_len), device=device)  # [B, L]
     prefill = seconds(lambda: model_step(model, ids), device, repeats)
     step_ids = torch.randint(3, 473, (batch, 1), device=device)  # [B, 1]
+
+    def decode(cache) -> None:
+        for _ in range(decode_steps):
+            _, cache = model_step(model, step_ids, cache)
+
     decode_s = float("inf")
     for _ in range(repeats + 1):  # the first run warms up
         _, cache = model_step(model, ids)  # a fresh cache of prompt_len positions, not timed
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(decode_steps):
-            _, cache = model_step(model, step_ids, cache)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        decode_s = min(decode_s, (time.perf_counter() - start) / decode_steps)
+        decode_s = min(decode_s, synced_seconds(lambda: decode(cache), device) / decode_steps)
     return {"batch": batch, "prompt_len": prompt_len, "prefill_s": prefill, "prefill_ms_per_token": 1e3 * prefill / (batch * prompt_len),
             "decode_step_ms": 1e3 * decode_s, "decode_ms_per_token": 1e3 * decode_s / batch}
 
