@@ -83,3 +83,13 @@ def browser():
 
     with chromium_browser() as chromium:
         yield chromium
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module of tiny models (`pytestmark = pytest.mark.usefixtures("one_thread")`):
+    one thread is faster there, and on a shared CPU extra threads spin-wait."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -5,14 +5,7 @@ import torch
 from decodelab.engine import Completion, Engine
 from decodelab.sampling import SamplingParams
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: one thread is faster, and on a shared CPU extra threads spin-wait."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+pytestmark = pytest.mark.usefixtures("one_thread")  # these models are tiny (tests/conftest.py)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
 LENGTHS = (1, 2, 3, 5, 8, 13, 16, 17, 21, 30, 33, 47)

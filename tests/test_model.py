@@ -6,14 +6,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from decodelab.model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: one thread is faster, and on a shared CPU extra threads spin-wait."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # these models are tiny (tests/conftest.py)
 
 
 def prefill_then_decode(hf_model, prompts, next_tokens, block_size=4):
