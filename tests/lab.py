@@ -216,6 +216,12 @@ def run_all(page, timeout_ms: int = 120_000) -> None:
             wait_kernel_idle(page, timeout_ms)
             return
         if not queued and seen_queued and now is None:  # the run stopped early: an untagged error, or a dead kernel
+            # ... or the prompt is between "[*]" and its number for a moment: look again once the kernel is idle.
+            wait_kernel_idle(page, timeout_ms)
+            time.sleep(0.5)
+            if _count_of(last) is not None:
+                return
+            prompts = code.locator(".jp-InputPrompt").all_inner_texts()
             errors = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output[data-mime-type="
                                   "'application/vnd.jupyter.stderr']").all_inner_texts()
             raise AssertionError(f"Run All stopped before the last cell; prompts {prompts}; errors:\n"

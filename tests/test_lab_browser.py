@@ -15,6 +15,7 @@ Screenshots of every step: _build/screenshots/lab-*.png.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -254,7 +255,10 @@ def test_instructor_steps_the_paged_attention_stepper(page, lab):
 def test_instructor_presents_a_chapter_as_slides(page, lab, served):
     """Lecture mode as README's instructor section gives it: slide metadata, Run All, `lecture=True`, the deck."""
     slides = served / "chapters" / "02-temperature-slides.ipynb"
-    shutil.copyfile(EXPLORER_CHAPTER, slides)
+    notebook = json.loads(EXPLORER_CHAPTER.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:  # start from a chapter without slide metadata, as an instructor's own notebook
+        cell["metadata"].pop("slideshow", None)
+    slides.write_text(json.dumps(notebook, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     added = subprocess.run([sys.executable, str(SLIDE_SCRIPT), str(slides)], capture_output=True, text=True, timeout=60)
     assert added.returncode == 0 and "added slide metadata" in added.stdout, added.stdout + added.stderr
 
