@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from decodelab.penalties import apply_penalties
 from decodelab.rejection import top_p_rejection
 from decodelab.truncation import (METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
                                   typical_filter)
@@ -133,46 +134,6 @@ def _check_logits(logits: torch.Tensor) -> None:
         raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
 
 
-def _token_counts(output_tokens, batch: int, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """How often each token occurs in each row's `output_tokens`, `[B, V]`; negative ids in a tensor are padding."""
-    if isinstance(output_tokens, torch.Tensor):
-        if output_tokens.dim() != 2 or output_tokens.shape[0] != batch or output_tokens.is_floating_point():
-            raise ValueError(f"output_tokens must be an integer tensor [B={batch}, T], got "
-                             f"{output_tokens.dtype} {tuple(output_tokens.shape)}")
-        ids = output_tokens.to(device=device, dtype=torch.long)
-    else:
-        if not isinstance(output_tokens, Sequence) or len(output_tokens) != batch:
-            raise ValueError(f"output_tokens must be a [B, T] tensor or {batch} lists of token ids, "
-                             f"got {output_tokens!r}")
-        for i, row in enumerate(output_tokens):
-            if not isinstance(row, Sequence) or not all(_is_int(t) and t >= 0 for t in row):
-                raise ValueError(f"output_tokens[{i}] must be a list of token ids >= 0, got {row!r}")
-        width = max((len(row) for row in output_tokens), default=0)
-        ids = torch.tensor([list(row) + [-1] * (width - len(row)) for row in output_tokens], dtype=torch.long,
-                           device=device).view(batch, width)
-    if ids.numel() and bool((ids >= vocab_size).any()):
-        raise ValueError(f"output_tokens must hold ids < vocab size {vocab_size}, got max {int(ids.max())}")
-    ids = torch.where(ids < 0, vocab_size, ids)  # padding goes to a spare column, dropped below
-    counts = torch.zeros(batch, vocab_size + 1, device=device)
-    counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=counts.dtype))
-    return counts[:, :vocab_size]
-
-
-def _apply_penalties(x: torch.Tensor, rows: list[SamplingParams], output_tokens) -> torch.Tensor:
-    """Repetition (divide positive logits, multiply negative ones, as transformers), then frequency and presence
-    (subtract count * frequency + [count > 0] * presence, as vLLM and OpenAI)."""
-    batch, vocab_size = x.shape
-    counts = _token_counts(output_tokens, batch, vocab_size, x.device).to(x.dtype)  # [B, V]
-    seen = counts > 0
-    column = lambda values: torch.tensor(values, dtype=x.dtype, device=x.device).unsqueeze(1)  # noqa: E731
-    if any(r.repetition_penalty != 1.0 for r in rows):
-        penalty = column([r.repetition_penalty for r in rows])
-        x = torch.where(seen, torch.where(x < 0, x * penalty, x / penalty), x)
-    if any(r.frequency_penalty != 0.0 or r.presence_penalty != 0.0 for r in rows):
-        x = x - counts * column([r.frequency_penalty for r in rows]) - seen * column([r.presence_penalty for r in rows])
-    return x
-
-
 def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False):
     """Shared by `process_logits` and `sample`: returns the penalised logits `x` (not yet tempered), the rows' params,
     greedy rows, the blocks, (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, and the
@@ -185,7 +146,7 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
     if output_tokens is not None:
-        x = _apply_penalties(x, rows, output_tokens)
+        x = apply_penalties(x, rows, output_tokens)
     elif any(r.repetition_penalty != 1 or r.frequency_penalty != 0 or r.presence_penalty != 0 for r in rows):
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
     greedy = [i for i, r in enumerate(rows) if r.greedy]
