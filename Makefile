@@ -60,10 +60,10 @@ serve: book
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _build/html 8000
 
 # Notebooks are committed executed; nbval proves the stored outputs. This target re-executes a notebook
-# when it or anything in the library (code or shipped model) is newer than its last execution. Starter exercises
-# are committed without outputs on purpose (their check cells raise until the student is done), so they are not run.
+# when it or anything in the library (code or shipped model) is newer than its last execution. Starter exercises are
+# executed too: their check cells are tagged `raises-exception`, so the stored output is the "not done yet" message.
 LIB_SOURCES := $(shell find lib/decodelab -type f \( -name '*.py' -o -path '*assets*' \) 2>/dev/null)
-NOTEBOOKS := $(wildcard chapters/*.ipynb exercises/solutions/*.ipynb)
+NOTEBOOKS := $(wildcard chapters/*.ipynb exercises/*.ipynb exercises/solutions/*.ipynb)
 EXEC_STAMPS := $(patsubst %.ipynb,_build/.executed/%.stamp,$(NOTEBOOKS))
 
 _build/.executed/%.stamp: %.ipynb $(LIB_SOURCES) | $(STAMP)
