@@ -16,6 +16,7 @@ import anywidget
 import traitlets
 
 from decodelab.kv_cache import kv_cache_bytes, model_kv_shape
+from decodelab.widgets.esm import ESM_PRELUDE
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def cost_state(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_len: int
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTEXT_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
-_ESM = r"""
+_ESM = ESM_PRELUDE + r"""
 export function costState(m, g, batch, context, dtypeBytes) {
   const weightBytes = m.num_params * dtypeBytes;
   const kvPerSequence = 2 * m.num_layers * m.num_kv_heads * m.head_dim * dtypeBytes * context;
@@ -139,15 +140,6 @@ export function costState(m, g, batch, context, dtypeBytes) {
            intensity: stepFlops / stepBytes, ridge: g.bf16_tflops / g.bandwidth_tb_s, memory_ms: memoryMs,
            compute_ms: computeMs, step_ms: stepMs, tokens_per_s: 1e3 * batch / stepMs,
            prefill_ms: 1e3 * prefillFlops / (g.bf16_tflops * 1e12) };
-}
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  // JupyterLab binds the arrow keys to notebook navigation; this lets sliders and buttons keep them.
-  if (tag === "input" || tag === "button" || tag === "select") node.dataset.lmSuppressShortcuts = "true";
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
 }
 
 const gb = (bytes) => `${(bytes / 1e9).toFixed(1)} GB`;
@@ -225,10 +217,7 @@ function render({ model, el: root }) {
     body.dataset.stepMs = s.step_ms.toFixed(6);
     body.dataset.maxBatch = String(s.max_batch);
   };
-  const names = ["model_index", "gpu_index", "batch_index", "context_index", "lecture"];
-  for (const name of names) model.on(`change:${name}`, redraw);
-  redraw();
-  return () => { for (const name of names) model.off(`change:${name}`, redraw); };
+  return follow(model, ["model_index", "gpu_index", "batch_index", "context_index", "lecture"], redraw);
 }
 
 export default { render };

@@ -25,6 +25,7 @@ import torch
 import traitlets
 
 from decodelab.toylang import ToyLanguage
+from decodelab.widgets.esm import ESM_PRELUDE
 
 
 def _check_texts(texts: Sequence[str], lang: ToyLanguage) -> None:
@@ -176,16 +177,7 @@ def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | Non
     return VerifiedSample(text, _known(lang, text) and lang.is_valid(text), calls, resamples)
 
 
-_ESM = r"""
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  // JupyterLab binds the arrow keys to notebook navigation; this lets sliders and buttons keep them.
-  if (tag === "input" || tag === "button" || tag === "select") node.dataset.lmSuppressShortcuts = "true";
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
+_ESM = ESM_PRELUDE + r"""
 const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs) {
   const node = document.createElementNS(SVG, tag);
@@ -266,9 +258,7 @@ function render({ model, el: root }) {
     body.append(legend, charts, summary);
   };
   slider.addEventListener("input", () => { model.set("run_index", parseInt(slider.value, 10)); model.save_changes(); });
-  for (const name of ["run_index", "runs", "lecture"]) model.on(`change:${name}`, redraw);
-  redraw();
-  return () => { for (const name of ["run_index", "runs", "lecture"]) model.off(`change:${name}`, redraw); };
+  return follow(model, ["run_index", "runs", "lecture"], redraw);
 }
 
 export default { render };

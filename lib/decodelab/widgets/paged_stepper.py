@@ -17,6 +17,7 @@ import anywidget
 import traitlets
 
 from decodelab.sampling import SamplingParams
+from decodelab.widgets.esm import ESM_PRELUDE
 
 
 @dataclass(frozen=True)
@@ -114,17 +115,8 @@ def record_frames(engine, arrivals: Sequence[Arrival], max_steps: int = 200,
     return frames
 
 
-_ESM = r"""
+_ESM = ESM_PRELUDE + r"""
 const KIND = { start: "开始", prefill: "prefill", decode: "decode", idle: "空闲" };
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  // JupyterLab binds the arrow keys to notebook navigation; this lets sliders and buttons keep them.
-  if (tag === "input" || tag === "button" || tag === "select") node.dataset.lmSuppressShortcuts = "true";
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 function hue(request) { return (request * 67 + 200) % 360; }
 
@@ -244,10 +236,7 @@ function render({ model, el: root }) {
   prev.addEventListener("click", () => go(Math.max(0, model.get("index") - 1)));
   next.addEventListener("click", () => go(Math.min(model.get("frames").length - 1, model.get("index") + 1)));
   slider.addEventListener("input", () => go(parseInt(slider.value, 10)));
-  const names = ["frames", "index", "lecture", "block_size", "title"];
-  for (const name of names) model.on(`change:${name}`, redraw);
-  redraw();
-  return () => { for (const name of names) model.off(`change:${name}`, redraw); };
+  return follow(model, ["frames", "index", "lecture", "block_size", "title"], redraw);
 }
 
 export default { render };
