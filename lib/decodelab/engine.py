@@ -26,6 +26,7 @@ from decodelab.model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
 from decodelab.sampling import SamplingParams, make_generator, sample
 from decodelab.scheduler import Scheduler, Sequence, Status
+from decodelab.truncation import take_rows
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
 
@@ -174,7 +175,7 @@ class Engine:
         else:
             self._decode_tokens += num_new
         rows, seqs = self._fork_samples(plan.seqs)
-        tokens = self._sample(logits[torch.tensor(rows, device=logits.device)], seqs)
+        tokens = self._sample(take_rows(logits, rows), seqs)  # [len(seqs), V]; no copy unless a request forked
         finished = []
         for seq, token in zip(seqs, tokens):
             seq.token_ids.append(token)
@@ -207,7 +208,7 @@ class Engine:
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         params = [s.params for s in seqs]
-        penalised = any(p.repetition_penalty != 1 or p.frequency_penalty or p.presence_penalty for p in params)
+        penalised = any(p.has_penalties for p in params)
         outputs = [s.output_token_ids for s in seqs] if penalised else None
         return sample(logits, params, [s.generator for s in seqs], outputs).tolist()
 

@@ -12,6 +12,7 @@ Taught in: chapters/04-autoregressive.ipynb
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -48,11 +49,17 @@ def model_step(model, input_ids: torch.Tensor, cache=None, attention_mask: torch
 
     transformers 5.24 names the cache argument `cache`; earlier 5.x releases call it `past_key_values`.
     """
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    name = _cache_argument(type(model).forward)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                 **{name: cache})
     new_cache = getattr(out, "cache", None)
     return out.logits, new_cache if new_cache is not None else out.past_key_values
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_argument(forward) -> str:
+    """The name a model class's `forward` gives its cache argument, looked up once per class."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -106,7 +113,7 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
             raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")
     if not isinstance(stream, bool):
         raise ValueError(f"stream must be a bool, got {stream!r}")
-    events = _run(model, tokenizer, ids, list(params))
+    events = _run(model, tokenizer, ids, list(params), stream_text=stream)
     if stream:
         return events
     tokens: list[list[int]] = [[] for _ in ids]
@@ -120,7 +127,8 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
 
 
 @torch.no_grad()
-def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams]) -> Iterator[StepEvent]:
+def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
+         stream_text: bool) -> Iterator[StepEvent]:
     device = next(model.parameters()).device
     eos = _eos_ids(model, tokenizer)
     pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
@@ -130,8 +138,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams]) -
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids], device=device)  # [B, L]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, L]: 0 at each prompt's first real token
     generators = [make_generator(p.seed, device) for p in params]
-    needs_history = any(p.repetition_penalty != 1 or p.frequency_penalty != 0 or p.presence_penalty != 0
-                        for p in params)
+    needs_history = any(p.has_penalties for p in params)
     generated: list[list[int]] = [[] for _ in ids]
     texts = [""] * batch
     running = [True] * batch
@@ -152,7 +159,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams]) -
                 reason = "length"
             running[i] = reason is None
             delta = None
-            if tokenizer is not None:  # decode the whole text: a token alone may not be printable
+            if stream_text and tokenizer is not None:  # decode the whole text: a token alone may not be printable
                 text = tokenizer.decode(generated[i], skip_special_tokens=True)
                 delta, texts[i] = text[len(texts[i]):], text
             yield StepEvent(i, token, delta, reason)

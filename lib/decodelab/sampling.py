@@ -90,6 +90,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def has_penalties(self) -> bool:
+        """Whether any penalty is on, so the tokens seen so far must be passed as `output_tokens`."""
+        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
     """A generator seeded with `seed` on `device`, or None for an unseeded request.
@@ -147,7 +152,7 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
     if output_tokens is not None:
         x = apply_penalties(x, rows, output_tokens)
-    elif any(r.repetition_penalty != 1 or r.frequency_penalty != 0 or r.presence_penalty != 0 for r in rows):
+    elif any(r.has_penalties for r in rows):
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
     greedy = [i for i, r in enumerate(rows) if r.greedy]
     random_rows = [i for i, r in enumerate(rows) if not r.greedy]
