@@ -14,6 +14,8 @@ def check_invariants(pool: BlockPool, tables: dict, contents: dict) -> None:
         holders = sum(block_id in t.block_ids for t in tables.values())
         assert counts[block_id] == holders
         assert (block_id in pool.free_block_ids) == (holders == 0)
+    # the running count the engine reads each step equals a recount over the used blocks
+    assert pool.filled_slots() == sum(len(pool.block_tokens[b]) for b in range(pool.num_blocks) if counts[b] > 0)
     for key, table in tables.items():
         # every sequence reads back exactly what it wrote, whatever its forked siblings wrote since
         assert table.token_ids(pool) == contents[key]
@@ -149,6 +151,18 @@ def test_bad_input():
         pool.release(0)
     with pytest.raises(ValueError, match="free and not cached"):
         pool.share(1)
+    with pytest.raises(ValueError, match="block 1 cannot take a token: ref count 0"):
+        pool.write(1, 5)
+    with pytest.raises(ValueError, match="block 1 is free; only a held block can be copied"):
+        pool.copy_on_write(1)
+    held = pool.allocate()
+    pool.write(held, 5)
+    pool.write(held, 6)
+    with pytest.raises(ValueError, match=f"block {held} cannot take a token: ref count 1, 2 of 2 slots filled"):
+        pool.write(held, 7)
+    assert pool.block_tokens[held] == [5, 6] and pool.filled_slots() == 2   # the refused write changed nothing
+    pool.release(held)
+    assert pool.filled_slots() == 0
     table = BlockTable(2)
     with pytest.raises(RuntimeError, match="need 3 blocks, 2 free"):
         table.append(pool, [1, 2, 3, 4, 5])

@@ -48,6 +48,7 @@ class BlockPool:
         self._block_hashes: list[int | None] = [None] * num_blocks
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))  # head = evict first
         self._cached: dict[int, int] = {}  # block hash -> block id
+        self._filled = 0                    # tokens in blocks whose ref count is > 0, kept as blocks change
 
     # -- state the chapter draws ---------------------------------------------------------------------------
     @property
@@ -76,8 +77,11 @@ class BlockPool:
         return sorted(self._cached.values())
 
     def filled_slots(self) -> int:
-        """Slots holding a live token's K/V, counted once per used block however many sequences share it."""
-        return sum(len(tokens) for tokens, refs in zip(self.block_tokens, self._ref_counts) if refs > 0)
+        """Slots holding a live token's K/V, counted once per used block however many sequences share it.
+
+        A running count (O(1)): the engine reads it every step.
+        """
+        return self._filled
 
     # -- allocation ----------------------------------------------------------------------------------------
     def _check_id(self, block_id: int) -> None:
@@ -104,6 +108,7 @@ class BlockPool:
             if self._block_hashes[block_id] is None:
                 raise ValueError(f"block {block_id} is free and not cached: allocate() it instead of sharing it")
             del self._free[block_id]
+            self._filled += len(self.block_tokens[block_id])
         self._ref_counts[block_id] += 1
 
     def release(self, block_id: int) -> None:
@@ -114,6 +119,29 @@ class BlockPool:
         self._ref_counts[block_id] -= 1
         if self._ref_counts[block_id] == 0:
             self._free[block_id] = None
+            self._filled -= len(self.block_tokens[block_id])
+
+    # -- contents ------------------------------------------------------------------------------------------
+    def write(self, block_id: int, token_id: int) -> None:
+        """Record that the next free slot of `block_id` (held, not full, not shared) now holds `token_id`'s K/V."""
+        self._check_id(block_id)
+        tokens = self.block_tokens[block_id]
+        if self._ref_counts[block_id] != 1 or len(tokens) >= self.block_size:
+            raise ValueError(f"block {block_id} cannot take a token: ref count {self._ref_counts[block_id]}, "
+                             f"{len(tokens)} of {self.block_size} slots filled (needs ref count 1 and a free slot)")
+        tokens.append(int(token_id))
+        self._filled += 1
+
+    def copy_on_write(self, block_id: int) -> int:
+        """A fresh block with `block_id`'s tokens for one of its holders, who lets go of the shared one."""
+        self._check_id(block_id)
+        if self._ref_counts[block_id] == 0:
+            raise ValueError(f"block {block_id} is free; only a held block can be copied")
+        fresh = self.allocate()
+        self.block_tokens[fresh] = list(self.block_tokens[block_id])
+        self._filled += len(self.block_tokens[fresh])
+        self.release(block_id)
+        return fresh
 
     # -- prefix cache --------------------------------------------------------------------------------------
     def lookup(self, hash_value: int, token_ids: Sequence[int]) -> int | None:
@@ -205,13 +233,10 @@ class BlockTable:
                 self.block_ids.append(pool.allocate())
             elif pool.ref_count(self.block_ids[-1]) > 1:
                 shared = self.block_ids[-1]
-                fresh = pool.allocate()
-                pool.block_tokens[fresh] = list(pool.block_tokens[shared])
-                pool.release(shared)
-                self.block_ids[-1] = fresh
-                copies.append((shared, fresh))
+                self.block_ids[-1] = pool.copy_on_write(shared)
+                copies.append((shared, self.block_ids[-1]))
             block_id = self.block_ids[-1]
-            pool.block_tokens[block_id].append(int(token))
+            pool.write(block_id, token)
             slots.append(block_id * self.block_size + offset)
             self.num_tokens += 1
             if offset == self.block_size - 1:
