@@ -11,7 +11,7 @@ model's (Gaussian, sigma 3: at V = 32k and temperatures 0.8 / 1.0 / 1.2 the nucl
 tokens); top-p 0.9 alone on flat logits (sigma 1: 17,000-22,000 tokens, more than half the vocabulary). The fast path
 draws top-p-alone rows by rejection (decodelab.rejection), whose cost does not depend on the nucleus size.
 
-    python benchmarks/sampling.py [--device cpu|cuda] [--quick] [--repeats N] [--threads N]
+    python benchmarks/sampling.py [--device cpu|cuda] [--quick] [--repeats N] [--threads N] [--out PATH]
 
 Prints a markdown table and writes benchmarks/results/sampling.json. Taught in: chapters/03-strategies.ipynb
 """
@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--quick", action="store_true", help="B in {1, 64}, V = 32k only")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="where the JSON goes (default results/sampling.json, "
+                                                  "sampling-quick.json with --quick)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads (default 1: on a shared machine, waiting threads distort the timings)")
     args = parser.parse_args()
@@ -124,12 +126,13 @@ def main() -> None:
     checks = targets(rows)
     for check in checks:
         print(f"- {check['target']}: {check['measured']}x ({'met' if check['met'] else 'NOT met'})")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    out = args.out or (RESULTS.with_name("sampling-quick.json") if args.quick else RESULTS)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats,
         "rows": rows, "targets": checks}, indent=1))
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""The benchmarks still run and write their JSON (smoke runs with --quick). Their figures are not asserted here:
+speed is measured in the benchmarks, never in timed tests; only what does not depend on the machine is checked."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmark(name: str, out: Path, *args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), "--quick", "--out", str(out), *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"wrote {out}" in done.stdout
+    return done.stdout
+
+
+def test_serving_benchmark_smoke(tmp_path):
+    out = tmp_path / "serving.json"
+    table = run_benchmark("serving.py", out, "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert result["model"] == "tiny-zh (shipped)" and result["quick"]
+    assert "KV utilization, paged engine (block 16)" in table
+    # machine-independent facts: utilization is a ratio of token counts, the outputs of the cached run are equal
+    assert result["prefix_caching"]["same_outputs"] is True
+    chat = result["chat_lengths"]
+    assert chat["max_model_len"] == 2048 and chat["mean_output_tokens"] > 200
+    assert chat["kv_utilization_reserve_max_len"] < chat["kv_utilization_paged"] <= 1.0
+    sizes = result["kv_utilization_by_block_size"]
+    assert sizes["4"] > sizes["8"] > sizes["16"], "a smaller block wastes fewer slots in each sequence's last block"
+    assert result["n4_sharing"]["peak_blocks_shared"] < result["n4_sharing"]["peak_blocks_separate"]
+
+
+def test_sampling_benchmark_smoke(tmp_path):
+    out = tmp_path / "sampling.json"
+    run_benchmark("sampling.py", out, "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert {(row["B"], row["V"]) for row in result["rows"]} == {(1, 32768), (64, 32768)}
+    assert all(row["fast_ms"] > 0 and row["transformers_ms"] > 0 for row in result["rows"])
+    assert {check["target"].split(":")[0] for check in result["targets"]} >= {"top-k+top-p"}
+
+
+@pytest.mark.parametrize("name", ["serving.py", "sampling.py"])
+def test_benchmark_refuses_cuda_without_a_gpu(name, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), "--device", "cuda", "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
