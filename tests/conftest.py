@@ -15,6 +15,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    # Triton's interpreter runs decodelab's Triton kernel on CPU tensors; it must be set before the kernel's module is
+    # imported (triton.jit reads it when it decorates). With a GPU the kernel is compiled and run for real.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -76,13 +76,14 @@ class Engine:
     """Serve many requests at once from a transformers Llama/Qwen2 causal LM over a paged KV cache.
 
     num_blocks defaults to what max_num_seqs sequences of full context need, capped at 1 GiB of K/V.
+    attention: "torch" (the reference, any device) or "triton" (decode steps by the Triton kernel; CUDA).
     Taught in: chapters/07-paged-attention.ipynb
     """
 
     def __init__(self, model, tokenizer=None, block_size: int = 16, num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
-                 enable_prefix_caching: bool = True) -> None:
-        self.runner = PagedLlama(model)
+                 enable_prefix_caching: bool = True, attention: str = "torch") -> None:
+        self.runner = PagedLlama(model, attention)
         self.tokenizer = tokenizer
         self.max_model_len = self.runner.max_model_len
         for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs)):

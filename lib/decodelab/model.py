@@ -14,8 +14,11 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from decodelab import triton_attention
 from decodelab.attention import paged_attention, visible_keys, write_kv
 from decodelab.kv_cache import model_kv_shape
+
+ATTENTION_BACKENDS = ("torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class PagedLlama:
 
     Norms, output projections and embeddings are shared with the transformers model; q/k/v and gate/up are
     concatenated once into fused copies (one matmul each), so later changes to the transformers weights are not seen.
+    attention="torch" gathers blocks and calls the torch reference; "triton" runs decode steps with the Triton
+    kernel of `decodelab.triton_attention`, which reads the blocks in place (prefill steps keep the reference).
 
     Example:
         runner = PagedLlama(hf_model)
@@ -109,7 +114,7 @@ class PagedLlama:
     Taught in: chapters/07-paged-attention.ipynb
     """
 
-    def __init__(self, hf_model) -> None:
+    def __init__(self, hf_model, attention: str = "torch") -> None:
         config = getattr(hf_model, "config", None)
         if config is None or not hasattr(hf_model, "model") or not hasattr(hf_model.model, "layers"):
             raise TypeError(f"hf_model must be a transformers LlamaForCausalLM-like model, got {type(hf_model).__name__}")
@@ -134,6 +139,12 @@ class PagedLlama:
         self.device = self.embed.device
         self.dtype = self.embed.dtype
         self.inv_freq, self.rope_scale = self._rope_frequencies(hf_model)
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
+        reason = triton_attention.unavailable_reason(self.device) if attention == "triton" else None
+        if reason is not None:
+            raise ValueError(f"attention='triton' cannot run here: {reason}")
+        self.attention = attention
 
     def _rope_frequencies(self, hf_model) -> tuple[torch.Tensor, float]:
         rope = getattr(self.config, "rope_parameters", None) or {}
@@ -162,10 +173,12 @@ class PagedLlama:
         hidden = F.embedding(batch.input_ids, self.embed)                          # [T, hidden]
         num_tokens = hidden.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        visible = visible_keys(batch.context_lens, batch.query_positions,
-                               batch.block_tables.shape[1] * kv_cache.shape[3])  # [B, Q, K], same in every layer
-        # as an additive mask (0 or -inf) once, so attention does not convert the boolean mask in every layer
-        visible = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(~visible, -torch.inf)
+        kernel_decode = self.attention == "triton" and batch.query_index.shape[1] == 1  # one new token per sequence
+        if not kernel_decode:
+            visible = visible_keys(batch.context_lens, batch.query_positions,
+                                   batch.block_tables.shape[1] * kv_cache.shape[3])  # [B, Q, K], same in every layer
+            # as an additive mask (0 or -inf) once, so attention does not convert the boolean mask in every layer
+            visible = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(~visible, -torch.inf)
         for index, layer in enumerate(self.layers):
             x = _rms_norm(hidden, layer.input_norm, self.eps)
             q, k, v = F.linear(x, *layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
@@ -176,9 +189,14 @@ class PagedLlama:
             k = k * cos + _rotate_half(k) * sin
             key_cache, value_cache = kv_cache[index, 0], kv_cache[index, 1]        # [num_blocks, block_size, KVH, D]
             write_kv(key_cache, value_cache, batch.slot_mapping, k, v)
-            out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
-                                  batch.context_lens, batch.query_positions, visible=visible)  # [B, Q, H, D]
-            out = out[batch.query_valid].reshape(num_tokens, q_size)               # [T, H * D]
+            if kernel_decode:                                                      # T = B: token b is sequence b's
+                out = triton_attention.paged_decode_attention(q, key_cache, value_cache, batch.block_tables,
+                                                              batch.context_lens)  # [B, H, D]
+            else:
+                out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
+                                      batch.context_lens, batch.query_positions, visible=visible)  # [B, Q, H, D]
+                out = out[batch.query_valid]                                       # [T, H, D]
+            out = out.reshape(num_tokens, q_size)                                  # [T, H * D]
             hidden = hidden + F.linear(out, *layer.out)
             x = _rms_norm(hidden, layer.post_norm, self.eps)
             gate, up = F.linear(x, *layer.gate_up).chunk(2, dim=-1)                # [T, intermediate] each
