@@ -79,6 +79,7 @@ model: venv
 bench: venv
 	$(BIN)/python benchmarks/sampling.py
 	$(BIN)/python benchmarks/serving.py
+	$(BIN)/python benchmarks/attention.py
 
 clean:
 	rm -rf _build .pytest_cache .jupyter_cache

@@ -68,8 +68,8 @@ def best_of(repeats: int, run) -> dict:
     return min((run() for _ in range(repeats)), key=lambda result: result.get("seconds", 0.0))
 
 
-def run_engine(model, requests, batch: int, block_size: int = 16) -> dict:
-    engine = Engine(model, block_size=block_size, max_num_seqs=batch)
+def run_engine(model, requests, batch: int, block_size: int = 16, attention: str = "torch") -> dict:
+    engine = Engine(model, block_size=block_size, max_num_seqs=batch, attention=attention)
     for prompt, out in requests:
         engine.add_request(prompt, greedy(out))
     paged, reserved = [], []
@@ -218,6 +218,8 @@ def main() -> None:
     utilization_by_block_size = {size: run_engine(model, requests, batch, size)["kv_utilization_paged"]
                                  for size in (4, 8)}
     utilization_by_block_size[16] = engine["kv_utilization_paged"]
+    kernel = (best_of(repeats, lambda: run_engine(model, requests, batch, attention="triton"))
+              if args.device == "cuda" else None)       # decode attention by the Triton kernel (a GPU only)
     chat = run_chat_lengths(model, batch, args.seed, num_requests=16 if args.quick else 64)
     static = best_of(repeats, lambda: run_static(model, requests, batch))
     cont = best_of(repeats, lambda: run_generate_batch(model, requests, batch))
@@ -226,7 +228,7 @@ def main() -> None:
     results = {"model": model_name, "device": args.device, "quick": args.quick, "threads": args.threads,
                "repeats": repeats,
                "torch": torch.__version__,
-               "requests": len(requests), "batch": batch, "engine": engine,
+               "requests": len(requests), "batch": batch, "engine": engine, "engine_triton": kernel,
                "kv_utilization_by_block_size": utilization_by_block_size, "chat_lengths": chat,
                "static_generate": static,
                "generate_batch": cont, "prefix_caching": prefix, "n4_sharing": sharing,
@@ -244,6 +246,7 @@ def main() -> None:
         ("  KV utilization, paged engine (block 16)", f"{chat['kv_utilization_paged']:.1%}  (target >= 95%)"),
         ("  KV utilization, reserve max length", f"{chat['kv_utilization_reserve_max_len']:.1%}"),
         ("Engine tokens/s", f"{engine['tokens_per_s']:.0f}  ({engine['steps']} steps)"),
+        *([("Engine tokens/s, attention='triton'", f"{kernel['tokens_per_s']:.0f}")] if kernel else []),
         ("transformers generate, static batches, tokens/s", f"{static['tokens_per_s']:.0f}"),
         ("transformers generate_batch, tokens/s", f"{cont['tokens_per_s']:.0f}  ({cont['note']})"
          if "tokens_per_s" in cont else cont["error"]),

@@ -45,7 +45,17 @@ def test_sampling_benchmark_smoke(tmp_path):
     assert {check["target"].split(":")[0] for check in result["targets"]} >= {"top-k+top-p"}
 
 
-@pytest.mark.parametrize("name", ["serving.py", "sampling.py"])
+def test_attention_benchmark_smoke(tmp_path):
+    out = tmp_path / "attention.json"
+    table = run_benchmark("attention.py", out, "--repeats", "3")
+    result = json.loads(out.read_text())
+    assert [(row["batch"], row["context"]) for row in result["rows"]] == [(4, 256)]
+    assert result["rows"][0]["reference_ms"] > 0
+    if result["device"] == "cpu":
+        assert "timed on CUDA only" in table and "triton_ms" not in result["rows"][0]
+
+
+@pytest.mark.parametrize("name", ["serving.py", "sampling.py", "attention.py"])
 def test_benchmark_refuses_cuda_without_a_gpu(name, tmp_path):
     import torch
     if torch.cuda.is_available():
