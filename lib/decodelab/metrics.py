@@ -1,138 +1,36 @@
-"""Statistics of generated text: repetition, diversity, likelihood under the model and truth under the toy language.
+"""Scoring generated text: likelihood under the model, truth under the toy language, and chapter 03's table at once.
 
 Plain functions over lists of strings (one character = one token, as the tiny-zh tokenizer has it), so the same code
 scores a decoding strategy's samples and text drawn from the true language (the "human" row of chapter 03's table).
 
-- `repetition_rate`: share of texts caught in a loop (a phrase repeated back to back), Holtzman et al. 2020's
-  "repetition".
-- `distinct_n`: unique n-grams / all n-grams over a set of texts (Li et al. 2016).
-- `self_bleu`: mean BLEU of each text against all the others (Zhu et al. 2018); high = the texts look alike.
 - `continuation_log_probs` / `perplexity`: how likely the model finds a continuation of a prompt.
 - `true_log_prob`, `is_valid_continuation`: the exact answer of `ToyLanguage`.
-- `support_errors`: what a truncation keeps against the truth (the flat-versus-peaked comparison).
+- `text_stats`: every statistic of chapter 03's table for one set of continuations.
+
+The text statistics it builds on (`repetition_rate`, `distinct_n`, `self_bleu`, `longest_loop`) live in
+`decodelab.text_metrics`, and `support_errors` / `truncation_errors` (what a truncation keeps against the truth) in
+`decodelab.support`; both are importable from here too.
 
 Taught in: chapters/03-strategies.ipynb, chapters/04-autoregressive.ipynb
 """
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from decodelab.support import SupportErrors, support_errors, truncation_errors
+from decodelab.text_metrics import (_check_positive_int, _check_texts, distinct_n, longest_loop, repetition_rate,
+                                    self_bleu)
 from decodelab.toylang import ToyLanguage
 
-
-def _check_texts(texts: Sequence[str], name: str = "texts", min_count: int = 1) -> list[str]:
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise TypeError(f"{name} must be a list of str, got {type(texts).__name__}")
-    if len(texts) < min_count:
-        raise ValueError(f"{name} must hold at least {min_count} text(s), got {len(texts)}")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
-    return list(texts)
-
-
-def _check_positive_int(value, name: str, low: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
-
-
-def _ngrams(text: str, n: int) -> list[str]:
-    return [text[i:i + n] for i in range(len(text) - n + 1)]
-
-
-# ---- repetition and diversity ----------------------------------------------------------------------------------
-
-def longest_loop(text: str, min_repeats: int = 3) -> str:
-    """The longest phrase that `text` repeats at least `min_repeats` times back to back ("" if none).
-
-    >>> longest_loop("小明在公园在公园在公园")
-    '在公园'
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    _check_positive_int(min_repeats, "min_repeats", low=2)
-    for length in range(len(text) // min_repeats, 0, -1):
-        for start in range(len(text) - length * min_repeats + 1):
-            phrase = text[start:start + length]
-            if text[start:start + length * min_repeats] == phrase * min_repeats:
-                return phrase
-    return ""
-
-
-def repetition_rate(texts: Sequence[str], min_repeats: int = 3) -> float:
-    """Share of `texts` that contain a loop: some phrase repeated `min_repeats` times back to back.
-
-    Holtzman et al. (2020) report "% of generations that end in a repetition loop"; the toy language never repeats a
-    phrase three times in a row, so any loop is the decoder's.
-
-    >>> repetition_rate(["小明在公园跑步。", "好好好好"])
-    0.5
-    """
-    texts = _check_texts(texts)
-    return sum(bool(longest_loop(t, min_repeats)) for t in texts) / len(texts)
-
-
-def distinct_n(texts: Sequence[str], n: int = 2) -> float:
-    """Unique n-grams over all n-grams of `texts` (characters); 0.0 when no text is n characters long.
-
-    >>> distinct_n(["ab", "ab", "ac"], n=2)
-    0.6666666666666666
-    """
-    texts = _check_texts(texts)
-    _check_positive_int(n, "n")
-    grams = [g for t in texts for g in _ngrams(t, n)]
-    return len(set(grams)) / len(grams) if grams else 0.0
-
-
-def _bleu(hypothesis: str, clip: list[dict[str, int]], ref_lengths: list[int], max_n: int) -> float:
-    """Sentence BLEU with precomputed clipping counts; zero matches are smoothed to 0.1 (Chen & Cherry method 1)."""
-    log_precision = 0.0
-    for n in range(1, max_n + 1):
-        counts = Counter(_ngrams(hypothesis, n))
-        total = sum(counts.values())
-        if total == 0:
-            return 0.0
-        matched = sum(min(c, clip[n - 1].get(g, 0)) for g, c in counts.items())
-        log_precision += math.log((matched if matched > 0 else 0.1) / total) / max_n
-    closest = min(ref_lengths, key=lambda r: (abs(r - len(hypothesis)), r))
-    brevity = 1.0 if len(hypothesis) > closest else math.exp(1.0 - closest / len(hypothesis))
-    return brevity * math.exp(log_precision)
-
-
-def self_bleu(texts: Sequence[str], max_n: int = 4) -> float:
-    """Mean BLEU-`max_n` of each text against all the other texts as references (character n-grams).
-
-    1.0 when every text is the same; lower when the texts differ. Each n-gram's clipping count is the most any
-    other text holds, found from the two largest counts per n-gram, so the cost is linear in the number of texts.
-
-    >>> self_bleu(["今天天气很好。"] * 3)
-    1.0
-    """
-    texts = _check_texts(texts, min_count=2)
-    _check_positive_int(max_n, "max_n")
-    counts = [[Counter(_ngrams(t, n)) for n in range(1, max_n + 1)] for t in texts]
-    top_two: list[dict[str, tuple[int, int]]] = [{} for _ in range(max_n)]  # n-gram -> (largest, second) count
-    for per_text in counts:
-        for n, counter in enumerate(per_text):
-            for gram, c in counter.items():
-                first, second = top_two[n].get(gram, (0, 0))
-                top_two[n][gram] = (c, first) if c >= first else (first, max(second, c))
-    lengths = [len(t) for t in texts]
-    scores = []
-    for i, text in enumerate(texts):
-        clip = []
-        for n in range(max_n):
-            own = counts[i][n]
-            # the most any *other* text holds: the largest count, or the second when this text holds the largest
-            clip.append({g: (top_two[n][g][1] if top_two[n][g][0] == c else top_two[n][g][0]) for g, c in own.items()})
-        scores.append(_bleu(text, clip, lengths[:i] + lengths[i + 1:], max_n))
-    return sum(scores) / len(scores)
+__all__ = [
+    "ContinuationScore", "SupportErrors", "TextStats", "continuation_log_probs", "distinct_n", "is_valid_continuation",
+    "longest_loop", "perplexity", "repetition_rate", "self_bleu", "support_errors", "text_stats", "true_log_prob",
+    "truncation_errors",
+]
 
 
 # ---- likelihood under the model ---------------------------------------------------------------------------------
@@ -235,67 +133,6 @@ def true_log_prob(lang: ToyLanguage, prompt: str, continuation: str, ended: bool
 def is_valid_continuation(lang: ToyLanguage, prompt: str, continuation: str, ended: bool = True) -> bool:
     """True when prompt + continuation is a whole sentence of the language (`ended`) or a viable prefix of one."""
     return true_log_prob(lang, prompt, continuation, ended) > -math.inf
-
-
-@dataclass(frozen=True)
-class SupportErrors:
-    """A truncated distribution against the truth: what it wrongly drops and what it wrongly admits."""
-
-    kept: int                # tokens the truncation keeps
-    possible: int            # tokens the truth allows (true probability > 0)
-    dropped_possible: int    # truly possible tokens the truncation removes
-    dropped_true_mass: float  # their total true probability
-    admitted_impossible: int  # truly impossible tokens the truncation keeps
-    admitted_mass: float     # the probability sampling gives them (renormalised over the kept tokens)
-
-
-def truncation_errors(kept: torch.Tensor, model_probs: torch.Tensor, true_probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Row by row, what truncations `kept` (bool `[N, V]`) of `model_probs` `[N, V]` get wrong against `true_probs`
-    `[N, V]`: a dict of `[N]` tensors named as the fields of `SupportErrors`.
-
-    Taught in: chapters/03-strategies.ipynb
-    """
-    for name, t in (("kept", kept), ("model_probs", model_probs), ("true_probs", true_probs)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D tensor [N, V], got {t!r:.60}")
-    if kept.dtype != torch.bool:
-        raise TypeError(f"kept must be a bool tensor, got {kept.dtype}")
-    if not (kept.shape == model_probs.shape == true_probs.shape):
-        raise ValueError(f"kept, model_probs and true_probs must have one shape [N, V], got {tuple(kept.shape)}, "
-                         f"{tuple(model_probs.shape)} and {tuple(true_probs.shape)}")
-    if not bool(kept.any(dim=-1).all()):
-        raise ValueError("kept must keep at least one token in every row, got a row with none")
-    possible = true_probs > 0  # [N, V]
-    renormalised = torch.where(kept, model_probs.double(), 0.0)
-    renormalised = renormalised / renormalised.sum(dim=-1, keepdim=True)
-    dropped, admitted = possible & ~kept, ~possible & kept
-    return {
-        "kept": kept.sum(dim=-1),
-        "possible": possible.sum(dim=-1),
-        "dropped_possible": dropped.sum(dim=-1),
-        "dropped_true_mass": torch.where(dropped, true_probs.double(), 0.0).sum(dim=-1),
-        "admitted_impossible": admitted.sum(dim=-1),
-        "admitted_mass": torch.where(admitted, renormalised, 0.0).sum(dim=-1),
-    }
-
-
-def support_errors(kept: torch.Tensor, model_probs: torch.Tensor, true_probs: torch.Tensor) -> SupportErrors:
-    """Compare one truncation (`kept` bool `[V]`) of `model_probs` `[V]` with the true next-token `true_probs` `[V]`.
-
-    >>> support_errors(torch.tensor([True, True, False]), torch.tensor([.5, .3, .2]), torch.tensor([.6, 0., .4]))
-    SupportErrors(kept=2, possible=2, dropped_possible=1, dropped_true_mass=0.4, admitted_impossible=1, admitted_mass=0.375)
-
-    Taught in: chapters/03-strategies.ipynb
-    """
-    for name, t in (("kept", kept), ("model_probs", model_probs), ("true_probs", true_probs)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 1:
-            raise ValueError(f"{name} must be a 1-D tensor [V], got {t!r:.60}")
-    if not (kept.shape == model_probs.shape == true_probs.shape):
-        raise ValueError(f"kept, model_probs and true_probs must have one shape [V], got {tuple(kept.shape)}, "
-                         f"{tuple(model_probs.shape)} and {tuple(true_probs.shape)}")
-    rows = truncation_errors(kept.unsqueeze(0), model_probs.unsqueeze(0), true_probs.unsqueeze(0))
-    return SupportErrors(**{name: (round(float(v[0]), 6) if v.is_floating_point() else int(v[0]))
-                            for name, v in rows.items()})
 
 
 # ---- everything at once -----------------------------------------------------------------------------------------
