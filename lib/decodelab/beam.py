@@ -22,6 +22,7 @@ import math
 import torch
 
 from decodelab.generate import model_step
+from decodelab.validation import check_int
 
 NEG = -1.0e9  # transformers' "impossible" score; kept identical so ties break the same way
 
@@ -65,10 +66,8 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
 
     Taught in: chapters/03-strategies.ipynb
     """
-    if not (isinstance(num_beams, int) and not isinstance(num_beams, bool) and num_beams >= 1):
-        raise ValueError(f"num_beams must be an int >= 1, got {num_beams!r}")
-    if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
-        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    check_int(num_beams, "num_beams")
+    check_int(max_tokens, "max_tokens")
     if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool) or math.isnan(length_penalty):
         raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
     if early_stopping not in (True, False, "never"):

@@ -27,6 +27,7 @@ from decodelab.paged import BlockPool, BlockTable
 from decodelab.sampling import SamplingParams, make_generator, sample
 from decodelab.scheduler import Scheduler, Sequence, Status
 from decodelab.truncation import take_rows
+from decodelab.validation import check_int
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
 
@@ -86,9 +87,8 @@ class Engine:
         self.runner = PagedLlama(model, attention)
         self.tokenizer = tokenizer
         self.max_model_len = self.runner.max_model_len
-        for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(block_size, "block_size")
+        check_int(max_num_seqs, "max_num_seqs")
         if num_blocks is None:
             affordable = DEFAULT_KV_BYTES // (kv_bytes_per_token(model.config, self.runner.dtype) * block_size)
             num_blocks = max(1, min(-(-max_num_seqs * self.max_model_len // block_size), affordable))

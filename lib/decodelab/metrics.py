@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.support import SupportErrors, support_errors, truncation_errors
-from decodelab.text_metrics import (_check_positive_int, _check_texts, distinct_n, longest_loop, repetition_rate,
-                                    self_bleu)
+from decodelab.text_metrics import _check_texts, distinct_n, longest_loop, repetition_rate, self_bleu
 from decodelab.toylang import ToyLanguage
+from decodelab.validation import check_int
 
 __all__ = [
     "ContinuationScore", "SupportErrors", "TextStats", "continuation_log_probs", "distinct_n", "is_valid_continuation",
@@ -59,7 +59,7 @@ def continuation_log_probs(model, tokenizer, prompts: Sequence[str], continuatio
     ended = [True] * len(prompts) if ended is None else list(ended)
     if len(ended) != len(prompts) or not all(isinstance(e, bool) for e in ended):
         raise ValueError(f"ended must hold one bool per prompt ({len(prompts)}), got {ended!r}")
-    _check_positive_int(batch_size, "batch_size")
+    check_int(batch_size, "batch_size")
     device = next(model.parameters()).device
     rows = []
     for prompt, cont, end in zip(prompts, continuations, ended):

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from decodelab.validation import check_int
+
 
 def block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
     """Hash of a full block, chained from its parent's hash so equal blocks after different prefixes differ."""
@@ -37,9 +39,8 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(num_blocks, "num_blocks")
+        check_int(block_size, "block_size")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -175,9 +176,7 @@ class BlockTable:
     """
 
     def __init__(self, block_size: int) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-        self.block_size = block_size
+        self.block_size = check_int(block_size, "block_size")
         self.block_ids: list[int] = []
         self.num_tokens = 0                 # tokens whose K/V slots are written
         self._hashes: list[int] = []        # chained hash of each full block

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from decodelab.validation import check_int
+
 MAX_ROUNDS = 32  # as FlashInfer; rows still pending after this many rounds go back to the caller
 CHUNK = 256  # columns per chunk of the two-level inverse transform
 
@@ -98,8 +100,7 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
     if temperature is not None and (len(temperature) != n or not all(
             isinstance(t, float) and 0.0 < t < math.inf for t in temperature)):
         raise ValueError(f"temperature must be None or hold {n} finite floats > 0, got {list(temperature)!r:.200}")
-    if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 1:
-        raise ValueError(f"max_rounds must be an int >= 1, got {max_rounds!r}")
+    check_int(max_rounds, "max_rounds")
     device = logits.device
     row_max = logits.amax(dim=-1, keepdim=True)  # [n, 1]
     if not bool(torch.isfinite(row_max).all()):

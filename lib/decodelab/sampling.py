@@ -22,6 +22,7 @@ from decodelab.penalties import apply_penalties
 from decodelab.rejection import top_p_rejection
 from decodelab.truncation import (METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
                                   typical_filter)
+from decodelab.validation import check_int
 
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
 MAX_ABS_PENALTY = 2.0  # frequency / presence penalties, as OpenAI and vLLM allow
@@ -74,9 +75,7 @@ class SamplingParams:
                 raise ValueError(f"{name} must be {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
         for name, low in (("top_k", 0), ("n", 1), ("max_tokens", 1)):
-            value = getattr(self, name)
-            if not _is_int(value) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            check_int(getattr(self, name), name, low)
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**63):
             raise ValueError(f"seed must be None or an int in [0, 2**63), got {self.seed!r}")
         stop = self.stop_token_ids

@@ -16,6 +16,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+from decodelab.validation import check_int
+
 
 def _check_texts(texts: Sequence[str], name: str = "texts", min_count: int = 1) -> list[str]:
     if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -26,12 +28,6 @@ def _check_texts(texts: Sequence[str], name: str = "texts", min_count: int = 1) 
         if not isinstance(text, str):
             raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
     return list(texts)
-
-
-def _check_positive_int(value, name: str, low: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 def _ngrams(text: str, n: int) -> list[str]:
@@ -46,7 +42,7 @@ def longest_loop(text: str, min_repeats: int = 3) -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    _check_positive_int(min_repeats, "min_repeats", low=2)
+    check_int(min_repeats, "min_repeats", low=2)
     for length in range(len(text) // min_repeats, 0, -1):
         for start in range(len(text) - length * min_repeats + 1):
             phrase = text[start:start + length]
@@ -75,7 +71,7 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
     0.6666666666666666
     """
     texts = _check_texts(texts)
-    _check_positive_int(n, "n")
+    check_int(n, "n")
     grams = [g for t in texts for g in _ngrams(t, n)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
@@ -105,7 +101,7 @@ def self_bleu(texts: Sequence[str], max_n: int = 4) -> float:
     1.0
     """
     texts = _check_texts(texts, min_count=2)
-    _check_positive_int(max_n, "max_n")
+    check_int(max_n, "max_n")
     counts = [[Counter(_ngrams(t, n)) for n in range(1, max_n + 1)] for t in texts]
     top_two: list[dict[str, tuple[int, int]]] = [{} for _ in range(max_n)]  # n-gram -> (largest, second) count
     for per_text in counts:

@@ -16,6 +16,7 @@ import anywidget
 import traitlets
 
 from decodelab.kv_cache import kv_cache_bytes, model_kv_shape
+from decodelab.validation import check_int
 from decodelab.widgets.esm import ESM_PRELUDE
 
 
@@ -100,8 +101,7 @@ def cost_state(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_len: int
     if not isinstance(model, ModelSpec) or not isinstance(gpu, GpuSpec):
         raise TypeError(f"model must be a ModelSpec and gpu a GpuSpec, got {type(model).__name__}, {type(gpu).__name__}")
     for name, value in (("batch_size", batch_size), ("context_len", context_len), ("dtype_bytes", dtype_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(value, name)
     weight_bytes = float(model.num_params * dtype_bytes)
     kv_per_sequence = float(model.kv_bytes_per_token(dtype_bytes) * context_len)
     kv_bytes = kv_per_sequence * batch_size

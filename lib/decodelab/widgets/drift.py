@@ -25,6 +25,7 @@ import torch
 import traitlets
 
 from decodelab.toylang import ToyLanguage
+from decodelab.validation import check_int
 from decodelab.widgets.esm import ESM_PRELUDE
 
 
@@ -63,8 +64,7 @@ def position_errors(model, tokenizer, lang: ToyLanguage, texts: Sequence[str], m
     _check_texts(texts, lang)
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-    if isinstance(max_position, bool) or not isinstance(max_position, int) or max_position < 0:
-        raise ValueError(f"max_position must be an int >= 0, got {max_position!r}")
+    check_int(max_position, "max_position", low=0)
     eos_id = tokenizer.eos_token_id
     char_ids = {ch: tokenizer.convert_tokens_to_ids(ch) for ch in lang.alphabet}
     sums = {name: [0.0] * (max_position + 1) for name in ("viable", "invalid", "kl")}

@@ -17,6 +17,8 @@ import anywidget
 import numpy as np
 import traitlets
 
+from decodelab.validation import check_int
+
 _HERE = pathlib.Path(__file__).parent
 
 TEMPERATURE_RANGE = (0.05, 3.0)
@@ -143,8 +145,7 @@ class ExplorerContext:
 
 def make_context(label: str, tokens: Sequence[str], logits: Sequence[float] | np.ndarray, decimals: int = 4) -> ExplorerContext:
     """Build a context, rounding logits to `decimals` so the stored widget state is small and reproducible."""
-    if not isinstance(decimals, int) or decimals < 0:
-        raise ValueError(f"decimals must be an int >= 0, got {decimals!r}")
+    check_int(decimals, "decimals", low=0)
     rounded = np.round(_as_logits(logits), decimals)
     return ExplorerContext(label=label, tokens=tuple(tokens), logits=tuple(float(x) for x in rounded))
 
@@ -197,8 +198,7 @@ class DistributionExplorer(anywidget.AnyWidget):
             raise ValueError(f"top_k must be in [0, {TOP_K_MAX}] (the slider's range), got {top_k}")
         if min_p > MIN_P_MAX:
             raise ValueError(f"min_p must be in [0, {MIN_P_MAX}] (the slider's range), got {min_p}")
-        if not isinstance(num_bars, int) or num_bars < 1:
-            raise ValueError(f"num_bars must be an int >= 1, got {num_bars!r}")
+        check_int(num_bars, "num_bars")
         super().__init__(
             contexts=[{"label": c.label, "tokens": list(c.tokens), "logits": list(c.logits)} for c in contexts],
             temperature=float(temperature),

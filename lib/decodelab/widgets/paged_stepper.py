@@ -19,6 +19,7 @@ import anywidget
 import traitlets
 
 from decodelab.sampling import SamplingParams
+from decodelab.validation import check_int
 from decodelab.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -33,8 +34,7 @@ class Arrival:
     params: SamplingParams
 
     def __post_init__(self) -> None:
-        if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
-            raise ValueError(f"step must be an int >= 0, got {self.step!r}")
+        check_int(self.step, "step", low=0)
         if not isinstance(self.params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(self.params).__name__}")
 
@@ -72,8 +72,7 @@ def record_frames(engine, arrivals: Sequence[Arrival], max_steps: int = 200,
     """
     if not arrivals or not all(isinstance(a, Arrival) for a in arrivals):
         raise ValueError(f"arrivals must be a non-empty list of Arrival, got {arrivals!r}")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+    check_int(max_steps, "max_steps")
     if engine.has_unfinished() or engine.pool.num_used_blocks:
         raise ValueError("engine must be idle with an empty pool; create a fresh Engine for the recording")
     if token_text is None:
@@ -144,8 +143,7 @@ class PagedStepper(anywidget.AnyWidget):
                  lecture: bool = False) -> None:
         if not frames:
             raise ValueError("frames must hold at least one frame (see record_frames), got none")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        check_int(block_size, "block_size")
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(frames):
             raise ValueError(f"index must be an int in [0, {len(frames)}), got {index!r}")
         missing = {"step", "sequences", "ref_counts", "free", "fill", "blocks"} - set(frames[0])

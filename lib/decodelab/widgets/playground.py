@@ -19,6 +19,7 @@ from decodelab.beam import beam_search
 from decodelab.generate import generate
 from decodelab.sampling import SamplingParams
 from decodelab.toylang import ToyLanguage
+from decodelab.validation import check_int
 
 STRATEGIES = ("greedy", "beam search", "sampling")
 
@@ -46,9 +47,7 @@ class PlaygroundSettings:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         for name, low in (("num_beams", 1), ("num_samples", 1), ("max_tokens", 1), ("seed", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            check_int(getattr(self, name), name, low)
         self.sampling_params()  # checks temperature, top_k, top_p, min_p and typical_p
 
     def sampling_params(self, seed: int | None = None) -> SamplingParams:

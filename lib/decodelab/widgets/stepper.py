@@ -19,6 +19,7 @@ import torch
 from decodelab.probs import dense_probs
 from decodelab.sampling import SamplingParams, make_generator, process_logits, sample
 from decodelab.toylang import ToyLanguage
+from decodelab.validation import check_int
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,7 @@ def step_view(model, tokenizer, lang: ToyLanguage, text: str, params: SamplingPa
     """Run the model on `<s> text`, draw the next token with `params` and `generator`, and describe the step."""
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-    if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1:
-        raise ValueError(f"top_n must be an int >= 1, got {top_n!r}")
+    check_int(top_n, "top_n")
     ids = tokenizer(text, return_tensors="pt")["input_ids"]  # [1, T]
     logits = model(input_ids=ids).logits[:, -1, :].float()  # [1, V]
     model_probs = logits.softmax(-1)[0]  # [V]
@@ -120,8 +120,7 @@ class AutoregressiveStepper(widgets.VBox):
         SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)  # checks the values
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-        if not isinstance(initial_steps, int) or isinstance(initial_steps, bool) or initial_steps < 0:
-            raise ValueError(f"initial_steps must be an int >= 0, got {initial_steps!r}")
+        check_int(initial_steps, "initial_steps", low=0)
         self._model, self._tokenizer, self._lang = model, tokenizer, lang
         self.lecture, self.max_steps = bool(lecture), max_steps
         style, width = {"description_width": "100px"}, {"width": "380px" if lecture else "300px"}
