@@ -213,3 +213,72 @@ def test_invalid_mass_accepts_the_right_answer(capsys):
 def test_invalid_mass_names_the_mistake(fn, hint):
     with pytest.raises(CheckFailed, match=hint):
         check_invalid_mass(fn)
+
+
+# ---- chapter 07: the online-softmax update ---------------------------------------------------------------------
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+from decodelab.checks.ch07 import check_online_softmax  # noqa: E402
+
+
+def online_right(m, l, acc, scores, values):
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - new_max)
+    factor = math.exp(m - new_max)
+    return new_max, l * factor + float(weights.sum()), acc * factor + weights @ values
+
+
+def online_no_rescale(m, l, acc, scores, values):
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - new_max)
+    return new_max, l + float(weights.sum()), acc + weights @ values
+
+
+def online_no_rescale_acc(m, l, acc, scores, values):
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - new_max)
+    return new_max, l * math.exp(m - new_max) + float(weights.sum()), acc + weights @ values
+
+
+def online_no_rescale_sum(m, l, acc, scores, values):
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - new_max)
+    return new_max, l + float(weights.sum()), acc * math.exp(m - new_max) + weights @ values
+
+
+def online_no_max(m, l, acc, scores, values):  # plain exp: right on small scores, overflows on large ones
+    weights = torch.exp(scores)
+    return max(m, float(scores.max())), l + float(weights.sum()), acc + weights @ values
+
+
+def online_inverted(m, l, acc, scores, values):  # exp(m' - m): the first block's m = -inf makes it overflow
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - new_max)
+    factor = torch.exp(torch.tensor(new_max - m, dtype=torch.float64))
+    return new_max, l * factor + float(weights.sum()), acc * factor + weights @ values
+
+
+def online_unimplemented(m, l, acc, scores, values):
+    raise NotImplementedError
+
+
+def test_online_softmax_accepts_the_right_answer(capsys):
+    check_online_softmax(online_right)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (online_no_rescale, "acc 和 l 都没有乘"),
+    (online_no_rescale_acc, "acc 没有乘"),
+    (online_no_rescale_sum, "指数和 l 没有乘"),
+    (online_no_max, "溢出"),
+    (online_inverted, "方向就反了"),
+    (online_unimplemented, "还没有实现"),
+    (lambda m, l, acc, scores, values: acc, "三元组"),
+])
+def test_online_softmax_names_the_mistake(fn, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_online_softmax(fn)

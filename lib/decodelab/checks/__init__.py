@@ -40,7 +40,7 @@ def call_student(fn: Callable[..., Any], *args: Any, what: str) -> Any:
             fail(f"输入 {what} 时形状不匹配（{error}）。提示：按行求 max 或 sum 时用 keepdim=True，"
                  "结果的形状是 [..., 1]，才能和 [..., V] 广播。")
         fail(f"输入 {what} 时函数出错：{type(error).__name__}: {error}")
-    except (TypeError, ValueError, IndexError) as error:
+    except (TypeError, ValueError, IndexError, ArithmeticError) as error:
         fail(f"输入 {what} 时函数出错：{type(error).__name__}: {error}")
     for original, copy in zip(args, copies):
         if isinstance(original, torch.Tensor) and not torch.equal(original, copy):

@@ -1,13 +1,18 @@
-"""Checks for the exercises of chapter 07 (PagedAttention): the slot mapping of a block table, and releasing a
-preempted or finished sequence's blocks without leaking shared ones.
+"""Checks for the exercises of chapter 07 (PagedAttention): the slot mapping of a block table, releasing a
+preempted or finished sequence's blocks without leaking shared ones, and the online-softmax update a paged attention
+kernel applies block by block.
 
 Taught in: chapters/07-paged-attention.ipynb, exercises/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 
-from decodelab.checks import call_student, fail, passed
+import torch
+
+from decodelab.checks import call_student, close, fail, passed
 
 # (block_ids, block_size, start, num_tokens): a prefill from 0, a decode step, a run that crosses a block edge.
 _SLOT_CASES = [
@@ -88,3 +93,77 @@ def check_release(fn: Callable[[list[int], list[int], list[int]], None]) -> None
             fail(f"同一个块在 free 队列里出现了两次：{free_queue}。它会被分配给两条序列。")
         fail(f"A 和 B 都释放之后，6 个块都应在 free 队列里，现在是 {free_queue}：有块泄漏了。")
     passed("释放正确：每个块引用计数减 1，减到 0 才回到 free 队列队尾；共享块不会提前释放，也不会泄漏。")
+
+
+# One sequence's keys, block by block: (scores [n], values [n, 3]). In the first case the maximum rises in every
+# block, so a state that is not rescaled shows; in the second it falls; the third's scores overflow exp() unless the
+# running maximum is subtracted.
+_ONLINE_CASES = [
+    ("三个块，最大分数逐块变大", [([0.5, -1.0], [[1, 0, 0], [0, 1, 0]]), ([2.0, 0.0, 1.0], [[0, 0, 1], [1, 1, 0], [2, 0, 1]]),
+                                  ([3.5], [[0, 2, 0]])]),
+    ("两个块，最大分数在第一块", [([4.0, 1.0], [[1, 2, 3], [0, 1, 0]]), ([0.0, -2.0, 3.0], [[3, 0, 1], [1, 0, 0], [0, 0, 2]])]),
+    ("分数很大（约 800）", [([800.0, 799.0], [[1, 0, 0], [0, 1, 0]]), ([805.0, 790.0], [[0, 0, 1], [1, 1, 1]])]),
+]
+
+
+def _online_step(m, l, acc, scores, values, rescale_acc=True, rescale_sum=True):
+    """The right update, or (with a flag off) a mistake the check recognises: fold one block into (m, l, acc)."""
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - new_max)                                      # [n]
+    factor = math.exp(m - new_max)                                             # <= 1; 0 for the first block
+    acc = (acc * factor if rescale_acc else acc) + weights @ values            # [D]
+    l = (l * factor if rescale_sum else l) + float(weights.sum())
+    return new_max, l, acc
+
+
+def _run_blocks(fn, blocks, what: str):
+    m, l, acc = -math.inf, 0.0, torch.zeros(3, dtype=torch.float64)
+    for scores, values in blocks:
+        scores = torch.tensor(scores, dtype=torch.float64)
+        values = torch.tensor(values, dtype=torch.float64)
+        result = call_student(fn, m, l, acc, scores, values, what=what)
+        if not isinstance(result, tuple) or len(result) != 3:
+            fail(f"输入 {what} 时应返回三元组 (m, l, acc)：新的最大分数、新的指数和、新的加权和；你返回了 {result!r}。")
+        m, l, acc = result
+        m, l = float(m), float(l)
+        if not isinstance(acc, torch.Tensor) or tuple(acc.shape) != (3,):
+            fail(f"输入 {what} 时 acc 应是形状 [D] = [3] 的张量（按权重加起来的 V），你返回了 {acc!r}。")
+        if not (math.isfinite(l) and bool(torch.isfinite(acc).all())):
+            break                                   # inf or nan: the check names the cause
+    return m, l, acc / l
+
+
+def check_online_softmax(fn: Callable) -> None:
+    """Check `fn(m, l, acc, scores, values) -> (m, l, acc)`: fold one block of scores [n] and values [n, D] into the
+    running max m, the running sum l of exp(score - m) and the running weighted sum acc [D]; the check starts from
+    (-inf, 0, zeros) and compares acc / l after the last block with softmax(all scores) @ all values."""
+    for what, blocks in _ONLINE_CASES:
+        scores = torch.tensor([s for block, _ in blocks for s in block], dtype=torch.float64)
+        values = torch.tensor([v for _, block in blocks for v in block], dtype=torch.float64)
+        expected = torch.softmax(scores, dim=0) @ values                       # [D]
+        m, l, out = _run_blocks(fn, blocks, what)
+        if close(out, expected):
+            if m != float(scores.max()):
+                fail(f"输入 {what} 时输出对了，但最后的 m = {m}，不是全部分数的最大值 {float(scores.max())}。"
+                     "m 应是到目前为止见过的最大分数：m' = max(m, max_j s_j)。")
+            continue
+        variants = {key: _run_blocks(functools.partial(_online_step, **flags), blocks, what)[2]
+                    for key, flags in [("acc", {"rescale_acc": False}), ("sum", {"rescale_sum": False}),
+                                       ("both", {"rescale_acc": False, "rescale_sum": False})]}
+        if not bool(torch.isfinite(out).all()):
+            if "很大" in what:
+                fail(f"输入 {what} 时结果是 {out.tolist()}：exp(800) 溢出成了 inf。要先减去最大分数再取指数："
+                     "权重是 exp(s_j − m')，m' 是到目前为止的最大分数，所以权重都不超过 1。")
+            fail(f"输入 {what} 时结果是 {out.tolist()}，出现了 inf 或 nan。旧状态要乘的系数是 exp(m − m')，它不超过 1；"
+                 "第一块时 m = −inf，系数是 exp(−inf) = 0。写成 exp(m' − m) 方向就反了。")
+        if close(out, variants["both"]):
+            fail(f"输入 {what} 时结果不对：最大分数变大以后，旧的 acc 和 l 都没有乘 exp(m − m')。它们是按旧的最大值 m "
+                 "算的权重，换了新的最大值 m' 就要一起缩放，否则新旧两部分的权重不在同一个尺度上。")
+        if close(out, variants["acc"]):
+            fail(f"输入 {what} 时结果不对：旧的加权和 acc 没有乘 exp(m − m')，指数和 l 乘了。两者必须用同一个系数缩放。")
+        if close(out, variants["sum"]):
+            fail(f"输入 {what} 时结果不对：旧的指数和 l 没有乘 exp(m − m')，加权和 acc 乘了。两者必须用同一个系数缩放。")
+        fail(f"输入 {what} 时 acc / l 应为 {[round(x, 4) for x in expected.tolist()]}，你的结果是 "
+             f"{[round(x, 4) for x in out.tolist()]}。按顺序：m' = max(m, max s_j)；w_j = exp(s_j − m')；"
+             "acc' = acc · exp(m − m') + Σ w_j v_j；l' = l · exp(m − m') + Σ w_j。")
+    passed("online softmax 正确：每读一块就用 exp(m − m') 缩放旧状态，再加上这一块，读完后 acc / l 等于完整的 softmax 加权。")
