@@ -90,6 +90,20 @@ def test_repetition_penalty_changes_greedy_output(random_llama):
     assert penalised == expected and penalised != plain
 
 
+def test_penalties_in_a_padded_batch_equal_each_prompt_alone(random_llama):
+    # prompts of different lengths are left-padded together: padding must not count as a repeated token
+    gen = torch.Generator().manual_seed(10)
+    prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in (3, 9, 5)]
+    params = [SamplingParams(temperature=0.0, max_tokens=12, repetition_penalty=2.0),
+              SamplingParams(temperature=0.0, max_tokens=12, frequency_penalty=0.8, presence_penalty=0.5),
+              SamplingParams(temperature=0.0, max_tokens=12)]
+    together = [c.token_ids for c in generate(random_llama, None, prompts, params)]
+    assert together == [generate(random_llama, None, [p], q)[0].token_ids for p, q in zip(prompts, params)]
+    expected = random_llama.generate(torch.tensor([prompts[0]]), do_sample=False, max_new_tokens=12, pad_token_id=0,
+                                     repetition_penalty=2.0)[0, len(prompts[0]):].tolist()
+    assert together[0] == expected
+
+
 @pytest.mark.parametrize("kwargs, error, pattern", [
     (dict(prompts=[]), ValueError, "prompts"), (dict(prompts=[[1, -2]]), ValueError, r"prompts\[0\]"),
     (dict(prompts=[[]]), ValueError, "empty"), (dict(prompts=["hi"]), ValueError, "tokenizer"),

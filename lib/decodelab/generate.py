@@ -138,15 +138,19 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids], device=device)  # [B, L]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, L]: 0 at each prompt's first real token
     generators = [make_generator(p.seed, device) for p in params]
-    needs_history = any(p.has_penalties for p in params)
+    # penalties count the prompt and the output; kept as one growing tensor, -1 where a row is padded
+    history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L + t]
+               if any(p.has_penalties for p in params) else None)
     generated: list[list[int]] = [[] for _ in ids]
     texts = [""] * batch
     running = [True] * batch
 
     logits, cache = model_step(model, input_ids, None, mask, positions)  # prefill
     while True:
-        history = [p + g for p, g in zip(ids, generated)] if needs_history else None
-        next_tokens = sample(logits[:, -1, :], params, generators, history).tolist()  # [B]
+        sampled = sample(logits[:, -1, :], params, generators, history)  # [B]
+        if history is not None:
+            history = torch.cat([history, sampled.to(history.dtype).unsqueeze(1)], dim=1)
+        next_tokens = sampled.tolist()
         for i in range(batch):
             if not running[i]:
                 continue
