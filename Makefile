@@ -62,7 +62,7 @@ serve: book
 # Notebooks are committed executed; nbval proves the stored outputs. This target re-executes a notebook
 # when it or anything in the library (code or shipped model) is newer than its last execution. Starter exercises are
 # executed too: their check cells are tagged `raises-exception`, so the stored output is the "not done yet" message.
-LIB_SOURCES := $(shell find lib/decodelab -type f \( -name '*.py' -o -path '*assets*' \) 2>/dev/null)
+LIB_SOURCES := $(shell find lib/decodelab -type f \( -name '*.py' -o -name '*.js' -o -name '*.css' -o -path '*assets*' \) 2>/dev/null)
 NOTEBOOKS := $(wildcard chapters/*.ipynb exercises/*.ipynb exercises/solutions/*.ipynb)
 EXEC_STAMPS := $(patsubst %.ipynb,_build/.executed/%.stamp,$(NOTEBOOKS))
 
