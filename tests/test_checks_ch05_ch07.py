@@ -261,12 +261,32 @@ def online_inverted(m, l, acc, scores, values):  # exp(m' - m): the first block'
     return new_max, l * factor + float(weights.sum()), acc * factor + weights @ values
 
 
+def online_old_max(m, l, acc, scores, values):  # weights against the old max: exp(+inf) in the first block
+    new_max = max(m, float(scores.max()))
+    weights = torch.exp(scores - m)
+    factor = math.exp(m - new_max)
+    return new_max, l * factor + float(weights.sum()), acc * factor + weights @ values
+
+
+def online_math_exp(m, l, acc, scores, values):  # math.exp of raw scores raises OverflowError at 800
+    weights = torch.tensor([math.exp(float(s)) for s in scores], dtype=scores.dtype)
+    return max(m, float(scores.max())), l + float(weights.sum()), acc + weights @ values
+
+
+def online_list_and_tensors(m, l, acc, scores, values):  # right, returned as a list with 0-d tensors
+    new_max = torch.maximum(torch.tensor(m, dtype=scores.dtype), scores.max())
+    weights = torch.exp(scores - new_max)
+    factor = torch.exp(torch.tensor(m, dtype=scores.dtype) - new_max)
+    return [new_max, l * factor + weights.sum(), acc * factor + weights @ values]
+
+
 def online_unimplemented(m, l, acc, scores, values):
     raise NotImplementedError
 
 
-def test_online_softmax_accepts_the_right_answer(capsys):
-    check_online_softmax(online_right)
+@pytest.mark.parametrize("fn", [online_right, online_list_and_tensors])
+def test_online_softmax_accepts_the_right_answer(fn, capsys):
+    check_online_softmax(fn)
     assert "通过" in capsys.readouterr().out
 
 
@@ -276,6 +296,8 @@ def test_online_softmax_accepts_the_right_answer(capsys):
     (online_no_rescale_sum, "指数和 l 没有乘"),
     (online_no_max, "溢出"),
     (online_inverted, "方向就反了"),
+    (online_old_max, "用旧的 m 算就是"),
+    (online_math_exp, "exp 溢出了"),
     (online_unimplemented, "还没有实现"),
     (lambda m, l, acc, scores, values: acc, "三元组"),
 ])

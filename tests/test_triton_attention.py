@@ -50,6 +50,14 @@ def test_kernel_equals_reference(shape, dtype):
     torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
 
 
+def test_int32_tables_and_strided_query():
+    query, key_cache, value_cache, tables, lens = random_case(3, 8, 2, 32, 4, torch.float32, seed=3)
+    wide = torch.randn(3, 8, 64, device=DEVICE)[:, :, :32]          # head_dim contiguous, rows strided
+    wide.copy_(query)
+    got = paged_decode_attention(wide, key_cache, value_cache, tables.int(), lens.int())
+    torch.testing.assert_close(got, reference(query, key_cache, value_cache, tables, lens), atol=1e-5, rtol=1e-5)
+
+
 def test_kernel_sees_only_its_own_blocks():
     query, key_cache, value_cache, tables, lens = random_case(2, 4, 2, 16, 4, torch.float32, seed=1)
     before = paged_decode_attention(query, key_cache, value_cache, tables, lens)
@@ -81,6 +89,10 @@ def test_bad_input_names_the_value():
         paged_decode_attention(query, key_cache, value_cache, tables, torch.tensor([20, 21], device=DEVICE))
     with pytest.raises(ValueError, match=r"block_tables \[2, max_blocks\] and context_lens \[2\] expected"):
         paged_decode_attention(query, key_cache, value_cache, tables[:1], lens)
+    with pytest.raises(ValueError, match="must be integer tensors, got torch.float32"):
+        paged_decode_attention(query, key_cache, value_cache, tables.float(), lens)
+    with pytest.raises(ValueError, match="at least one sequence, got B = 0"):
+        paged_decode_attention(query[:0], key_cache, value_cache, tables[:0], lens[:0])
     with pytest.raises(ValueError, match="stride 1 in head_dim|one set of strides"):
         paged_decode_attention(query, key_cache.transpose(2, 3).contiguous().transpose(2, 3), value_cache, tables, lens)
     with pytest.raises(ValueError, match=r"attention must be one of \('torch', 'triton'\), got 'flash'"):
@@ -107,7 +119,7 @@ import json, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from decodelab.triton_attention import _paged_decode_kernel as kernel
-constants = {"GROUP": 4, "BLOCK_SIZE": 16, "HEAD_DIM": 128, "BLOCK_P2": 16, "DIM_P2": 128}
+constants = {"GROUP": 4, "BLOCK_SIZE": 16, "HEAD_DIM": 128, "GROUP_P2": 4, "BLOCK_P2": 16, "DIM_P2": 128}
 built = []
 for dtype in ("fp32", "bf16", "fp16"):
     signature = {name: ("constexpr" if name in constants else f"*{dtype}" if name.endswith("cache_ptr") or name in

@@ -191,7 +191,7 @@ class PagedLlama:
             write_kv(key_cache, value_cache, batch.slot_mapping, k, v)
             if kernel_decode:                                                      # T = B: token b is sequence b's
                 out = triton_attention.paged_decode_attention(q, key_cache, value_cache, batch.block_tables,
-                                                              batch.context_lens)  # [B, H, D]
+                                                              batch.context_lens, check_lengths=False)  # [B, H, D]
             else:
                 out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
                                       batch.context_lens, batch.query_positions, visible=visible)  # [B, Q, H, D]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from decodelab.checks import call_student, close, fail, passed
+from decodelab.checks import CheckFailed, call_student, close, fail, passed
 
 # (block_ids, block_size, start, num_tokens): a prefill from 0, a decode step, a run that crosses a block edge.
 _SLOT_CASES = [
@@ -121,8 +121,14 @@ def _run_blocks(fn, blocks, what: str):
     for scores, values in blocks:
         scores = torch.tensor(scores, dtype=torch.float64)
         values = torch.tensor(values, dtype=torch.float64)
-        result = call_student(fn, m, l, acc, scores, values, what=what)
-        if not isinstance(result, tuple) or len(result) != 3:
+        try:
+            result = call_student(fn, m, l, acc, scores, values, what=what)
+        except CheckFailed as error:
+            if "OverflowError" in str(error):
+                fail(f"输入 {what} 时 exp 溢出了（{error}）。要先减去最大分数再取指数：权重是 exp(s_j − m')，"
+                     "m' 是到目前为止的最大分数，所以权重都不超过 1；旧状态的系数是 exp(m − m')，也不超过 1。")
+            raise
+        if not isinstance(result, (tuple, list)) or len(result) != 3:
             fail(f"输入 {what} 时应返回三元组 (m, l, acc)：新的最大分数、新的指数和、新的加权和；你返回了 {result!r}。")
         m, l, acc = result
         m, l = float(m), float(l)
@@ -154,8 +160,9 @@ def check_online_softmax(fn: Callable) -> None:
             if "很大" in what:
                 fail(f"输入 {what} 时结果是 {out.tolist()}：exp(800) 溢出成了 inf。要先减去最大分数再取指数："
                      "权重是 exp(s_j − m')，m' 是到目前为止的最大分数，所以权重都不超过 1。")
-            fail(f"输入 {what} 时结果是 {out.tolist()}，出现了 inf 或 nan。旧状态要乘的系数是 exp(m − m')，它不超过 1；"
-                 "第一块时 m = −inf，系数是 exp(−inf) = 0。写成 exp(m' − m) 方向就反了。")
+            fail(f"输入 {what} 时结果是 {out.tolist()}，出现了 inf 或 nan。第一块时 m = −inf：这一块的权重要用新的最大值算，"
+                 "exp(s_j − m')，用旧的 m 算就是 exp(+inf)；旧状态要乘的系数是 exp(m − m')，第一块时等于 exp(−inf) = 0，"
+                 "写成 exp(m' − m) 方向就反了。两处都不超过 1 才对。")
         if close(out, variants["both"]):
             fail(f"输入 {what} 时结果不对：最大分数变大以后，旧的 acc 和 l 都没有乘 exp(m − m')。它们是按旧的最大值 m "
                  "算的权重，换了新的最大值 m' 就要一起缩放，否则新旧两部分的权重不在同一个尺度上。")
