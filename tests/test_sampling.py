@@ -81,7 +81,7 @@ def test_make_generator():
 # ---------------------------------------------------------------- process_logits against transformers
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("vocab_size, sigma", [(1000, 3.0), (4096, 3.0), (4096, 1.0)])
+@pytest.mark.parametrize("vocab_size, sigma", [(1000, 3.0), (4096, 3.0), (4096, 1.0), (32768, 3.0)])
 def test_process_logits_equals_transformers(method, vocab_size, sigma):
     torch.manual_seed(vocab_size)
     batch = 24

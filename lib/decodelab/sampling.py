@@ -20,6 +20,7 @@ import torch
 
 from decodelab.penalties import apply_penalties
 from decodelab.rejection import top_p_rejection
+from decodelab.topk import chunk_maxima
 from decodelab.truncation import (METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
                                   typical_filter)
 from decodelab.validation import check_int
@@ -130,8 +131,12 @@ def _check_logits(logits: torch.Tensor) -> None:
         raise ValueError(f"logits must have shape [B, V] with B, V >= 1, got {tuple(logits.shape)}")
     if not logits.is_floating_point():
         raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
-    # one host synchronisation per call (not per row): every row needs a finite or -inf value and one finite value
-    row_max = logits.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
+
+
+def _check_rows(maxima: torch.Tensor) -> None:
+    """`maxima` `[B, ...]`: the logits or their chunk maxima. One host synchronisation per call (not per row): every
+    row needs no NaN or +inf and one finite value."""
+    row_max = maxima.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
     bad = ~torch.isfinite(row_max)
     if bool(bad.any()):
         rows = bad.nonzero().flatten().tolist()
@@ -150,9 +155,12 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
     if output_tokens is not None:
-        x = apply_penalties(x, rows, output_tokens)
+        x = apply_penalties(x, rows, output_tokens)  # keeps NaN, +inf and all -inf rows as they were
     elif any(r.has_penalties for r in rows):
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
+    # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.topk)
+    chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
+    _check_rows(x if chunk_max is None else chunk_max)
     greedy = [i for i, r in enumerate(rows) if r.greedy]
     random_rows = [i for i, r in enumerate(rows) if not r.greedy]
     temperature = None  # [B, 1]
@@ -175,10 +183,12 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     if top_k_first:
         blocks += top_k_top_p(take_rows(x, top_k_first), top_k_first, [rows[i].top_k for i in top_k_first],
                               [rows[i].top_p for i in top_k_first], method,
-                              None if temperature is None else take_rows(temperature, top_k_first))
-    if truncate:
+                              None if temperature is None else take_rows(temperature, top_k_first),
+                              None if chunk_max is None else take_rows(chunk_max, top_k_first))
+    if truncate:  # a temperature keeps each row's order, so the chunk maxima still pick the right chunks
         blocks += top_k_top_p(tempered(truncate), truncate, [rows[i].top_k for i in truncate],
-                              [rows[i].top_p for i in truncate], method)
+                              [rows[i].top_p for i in truncate], method, None,
+                              None if chunk_max is None else take_rows(chunk_max, truncate))
     if untouched:
         blocks.append(Block(untouched, tempered(untouched), None, [x.shape[1]] * len(untouched)))
     for block in blocks:

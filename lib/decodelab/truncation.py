@@ -4,7 +4,7 @@ Two exact paths for top-k/top-p, chosen by `method`:
 
 - ``"sort"``, the reference: one ascending sort of the whole vocabulary and the same operations as transformers'
   `TopKLogitsWarper` and `TopPLogitsWarper`.
-- ``"fast"``: no sort of the vocabulary. `torch.topk` takes each row's candidates (its k tokens when top-k is set,
+- ``"fast"``: no sort of the vocabulary. A top-k (`decodelab.topk`, one pass over the row) takes each row's candidates (its k tokens when top-k is set,
   otherwise a power of two from 256 up, started from an estimate read off a strided sample of the row and doubled while
   the nucleus does not fit) and top-p runs on those candidates only. A row whose nucleus is wider than a quarter of
   the vocabulary (flat logits) goes to the sort path, so the result is exact either way. Deciding costs one host
@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from decodelab.topk import topk
 
 NEG_INF = float("-inf")
 CANDIDATE_WIDTHS = tuple(2**e for e in range(8, 16))  # 256 ... 32768, for rows with top-p alone
@@ -59,18 +61,19 @@ def take_rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
 
 
 def top_k_top_p(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float], method: str,
-                temperature: torch.Tensor | None = None) -> list[Block]:
+                temperature: torch.Tensor | None = None, chunk_max: torch.Tensor | None = None) -> list[Block]:
     """Apply top-k then top-p to `x` (`[n, V]`, the logits of batch rows `rows`); 0 / 1.0 switch a filter off.
 
     `temperature` (`[n, 1]`, rows with top-k only) divides `x` first; the fast path divides only each row's k
-    candidates, which are the same since dividing by a positive number keeps the order.
+    candidates, which are the same since dividing by a positive number keeps the order. `chunk_max` (`[n, V / 64]`,
+    `decodelab.topk.chunk_maxima` of x or of x before a temperature) lets the fast path read only the best chunks.
     """
     if temperature is not None and not all(k > 0 for k in top_k):
         raise ValueError(f"temperature is for rows that all set top_k, got top_k={top_k}")
     if method == "sort":
         x = x if temperature is None else x / temperature
         return [Block(rows, top_k_top_p_sort(x, top_k, top_p), None, [x.shape[1]] * len(rows))]
-    return _top_k_top_p_fast(x, rows, top_k, top_p, temperature)
+    return _top_k_top_p_fast(x, rows, top_k, top_p, temperature, chunk_max)
 
 
 def top_k_top_p_sort(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
@@ -104,7 +107,7 @@ def _candidate_width(k: int, bound: float, vocab_size: int) -> int | None:
 
 
 def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float],
-                      temperature: torch.Tensor | None) -> list[Block]:
+                      temperature: torch.Tensor | None, chunk_max: torch.Tensor | None) -> list[Block]:
     n, vocab_size = x.shape
     p_only = [k == 0 and p < 1.0 for k, p in zip(top_k, top_p)]
     bounds = [0.0] * n
@@ -131,7 +134,7 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
             groups.append([i for i in pending if widths[i] == group_width and top_k[i] == 0])
         for group in filter(None, groups):
             block, uncovered = _candidate_block(x, rows, group, [widths[i] for i in group], top_k, top_p, log_norm,
-                                                temperature)
+                                                temperature, chunk_max)
             blocks += [block] if block is not None else []
             retry += uncovered
         for i in retry:
@@ -145,11 +148,12 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
 
 
 def _candidate_block(x: torch.Tensor, rows: list[int], group: list[int], widths: list[int], top_k: list[int],
-                     top_p: list[float], log_norm: torch.Tensor | None,
-                     temperature: torch.Tensor | None = None) -> tuple[Block | None, list[int]]:
+                     top_p: list[float], log_norm: torch.Tensor | None, temperature: torch.Tensor | None = None,
+                     chunk_max: torch.Tensor | None = None) -> tuple[Block | None, list[int]]:
     """Top-k/top-p on the `widths` best candidates of rows `group`; returns the covered rows' block and the rest."""
     width = torch.tensor(widths, device=x.device)  # [m]
-    vals, ids = torch.topk(take_rows(x, group), max(widths), dim=-1)  # [m, K], descending
+    vals, ids = topk(take_rows(x, group), max(widths),
+                     None if chunk_max is None else take_rows(chunk_max, group))  # [m, K], descending
     if temperature is not None:
         vals = vals / take_rows(temperature, group)
     columns = torch.arange(vals.shape[1], device=x.device)
