@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import statistics
 from pathlib import Path
 
 import torch
 
 from decodelab.attention import paged_attention
+from decodelab.timing import synced_seconds
 from decodelab.triton_attention import paged_decode_attention, unavailable_reason
 
 RESULTS = Path(__file__).parent / "results" / "attention.json"
@@ -42,16 +43,7 @@ def reference(query, key_cache, value_cache, tables, lens):
 def time_ms(fn, device: str, repeats: int) -> float:
     """Median milliseconds per call after two warm-up calls."""
     fn(), fn()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return sorted(times)[len(times) // 2]
+    return statistics.median(synced_seconds(fn, device) for _ in range(repeats)) * 1e3
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 CUDA kernels run asynchronously: a call returns once its work is queued. Timing it honestly means waiting for the
 queue to drain before starting the clock and again before stopping it.
 
-Used by benchmarks/sampling.py and scripts/ch06_timing.py, whose measurements
+Used by benchmarks/sampling.py, benchmarks/attention.py and scripts/ch06_timing.py, whose measurements
 chapters/06-prefill-decode-kv-cache.ipynb shows.
 """
 from __future__ import annotations

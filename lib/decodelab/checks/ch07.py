@@ -124,7 +124,7 @@ def _run_blocks(fn, blocks, what: str):
         try:
             result = call_student(fn, m, l, acc, scores, values, what=what)
         except CheckFailed as error:
-            if "OverflowError" in str(error):
+            if isinstance(error.__context__, OverflowError):   # call_student turned the student's error into a hint
                 fail(f"输入 {what} 时 exp 溢出了（{error}）。要先减去最大分数再取指数：权重是 exp(s_j − m')，"
                      "m' 是到目前为止的最大分数，所以权重都不超过 1；旧状态的系数是 exp(m − m')，也不超过 1。")
             raise
