@@ -211,7 +211,9 @@ class Engine:
         params = [s.params for s in seqs]
         penalised = any(p.has_penalties for p in params)
         outputs = [s.output_token_ids for s in seqs] if penalised else None
-        return sample(logits, params, [s.generator for s in seqs], outputs).tolist()
+        # the n-gram ban sees the prompt too, as transformers' does; the penalties see the output only
+        histories = [s.token_ids for s in seqs] if any(p.no_repeat_ngram_size > 0 for p in params) else None
+        return sample(logits, params, [s.generator for s in seqs], outputs, ngram_tokens=histories).tolist()
 
     def _finish_reason(self, seq: Sequence, token: int) -> str | None:
         if token in seq.params.stop_token_ids or (token in self.eos_token_ids and not seq.params.ignore_eos):

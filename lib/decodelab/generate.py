@@ -98,8 +98,8 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     one per prompt. Returns a `Completion` per prompt, or with `stream=True` an iterator of `StepEvent`s, one per
     still-running prompt per step (in prompt order). Each prompt stops at EOS (unless `ignore_eos`), at one of its
     `stop_token_ids` ("stop"), or after `max_tokens` tokens ("length"). With temperature 0 the tokens equal
-    `model.generate(do_sample=False)` token for token. Penalties see the prompt and the generated tokens, as
-    transformers' repetition penalty does.
+    `model.generate(do_sample=False)` token for token. Penalties and `no_repeat_ngram_size` see the prompt and the
+    generated tokens, as transformers' processors do (its padding excluded).
 
     Taught in: chapters/04-autoregressive.ipynb
     """
@@ -138,7 +138,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids], device=device)  # [B, L]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, L]: 0 at each prompt's first real token
     generators = [make_generator(p.seed, device) for p in params]
-    # penalties count the prompt and the output; kept as one growing tensor, -1 where a row is padded
+    # penalties and the n-gram ban see the prompt and the output; one growing tensor, -1 where a row is padded
     history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L + t]
                if any(p.has_penalties for p in params) else None)
     generated: list[list[int]] = [[] for _ in ids]

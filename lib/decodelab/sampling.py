@@ -1,8 +1,9 @@
 """Per-request sampling parameters, logits processing and batched sampling.
 
 One batch, one `SamplingParams` per row, as a serving engine (vLLM) does it: greedy and random requests share a batch,
-every row has its own temperature, top-k, top-p, min-p, typical-p, penalties and seed, and the maths is vectorised over
-rows. The order of processing is transformers': penalties, temperature, top-k, top-p, min-p, typical.
+every row has its own temperature, top-k, top-p, min-p, typical-p, penalties, no-repeat-n-gram size and seed, and the
+maths is vectorised over rows. The order of processing is transformers': penalties and the n-gram ban, temperature,
+top-k, top-p, min-p, typical.
 
     >>> logits = torch.randn(2, 100)
     >>> params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, top_p=0.9, seed=1)]
@@ -40,7 +41,9 @@ def _is_int(value) -> bool:
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request chooses its tokens. `temperature=0` means greedy; `top_k=0`, `top_p=1`, `min_p=0`,
-    `typical_p=1` and penalties of 1 / 0 switch those off. `n` is for engines (sample() draws one token per row).
+    `typical_p=1` and penalties of 1 / 0 switch those off. `no_repeat_ngram_size=n > 0` bans (logit -inf) every token
+    that would repeat an n-gram of the tokens seen so far, as transformers' `no_repeat_ngram_size`; 0 is off.
+    `n` is for engines (sample() draws one token per row).
 
     Taught in: chapters/03-strategies.ipynb
     """
@@ -53,6 +56,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    no_repeat_ngram_size: int = 0
     seed: int | None = None
     n: int = 1
     max_tokens: int = 16
@@ -75,7 +79,7 @@ class SamplingParams:
             if not _is_number(value) or math.isnan(value) or not ok(value):
                 raise ValueError(f"{name} must be {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
-        for name, low in (("top_k", 0), ("n", 1), ("max_tokens", 1)):
+        for name, low in (("top_k", 0), ("no_repeat_ngram_size", 0), ("n", 1), ("max_tokens", 1)):
             check_int(getattr(self, name), name, low)
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**63):
             raise ValueError(f"seed must be None or an int in [0, 2**63), got {self.seed!r}")
@@ -92,8 +96,9 @@ class SamplingParams:
 
     @property
     def has_penalties(self) -> bool:
-        """Whether any penalty is on, so the tokens seen so far must be passed as `output_tokens`."""
-        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+        """Whether any penalty or the n-gram ban is on, so the tokens seen so far must be passed as `output_tokens`."""
+        return (self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+                or self.no_repeat_ngram_size > 0)
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
@@ -143,7 +148,8 @@ def _check_rows(maxima: torch.Tensor) -> None:
         raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
 
 
-def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False):
+def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False,
+             ngram_tokens=None):
     """Shared by `process_logits` and `sample`: returns the penalised logits `x` (not yet tempered), the rows' params,
     greedy rows, the blocks, (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, and the
     rows' temperatures `[B, 1]` (None when all are 1)."""
@@ -155,9 +161,11 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
     if output_tokens is not None:
-        x = apply_penalties(x, rows, output_tokens)  # keeps NaN, +inf and all -inf rows as they were
+        x = apply_penalties(x, rows, output_tokens, ngram_tokens)  # keeps NaN, +inf and all -inf rows as they were
     elif any(r.has_penalties for r in rows):
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
+    elif ngram_tokens is not None:
+        raise ValueError("ngram_tokens replaces output_tokens for no_repeat_ngram_size only; pass output_tokens too")
     # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.topk)
     chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
     _check_rows(x if chunk_max is None else chunk_max)
@@ -209,19 +217,22 @@ def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
 
 def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
                    output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
-                   method: str = "fast") -> torch.Tensor:
+                   method: str = "fast",
+                   ngram_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
     """Apply each row's parameters to `logits` `[B, V]` and return new logits `[B, V]` (float32, or float64 for
     float64 input) in which removed tokens are -inf; softmax of the result is the distribution `sample` draws from.
 
     `params` is one `SamplingParams` for every row or one per row. `output_tokens` (`[B, T]` LongTensor with negative
-    padding, or B lists of ids) are the tokens the penalties see; it is required when a row sets a penalty.
+    padding, or B lists of ids) are the tokens the penalties and the n-gram ban see; it is required when a row sets
+    one. `ngram_tokens`, in the same form, gives the n-gram ban another history (the engine's: prompt + output, while
+    its penalties see the output only).
     A greedy row (temperature 0) keeps only its argmax after penalties (top-k/top-p/min-p/typical do not apply to
     it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the token greedy
     decoding picks. `method` is "fast" (no sort of the vocabulary) or "sort" (the reference); both are exact.
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, _, greedy, blocks, _, _ = _process(logits, params, output_tokens, method)
+    x, _, greedy, blocks, _, _ = _process(logits, params, output_tokens, method, ngram_tokens=ngram_tokens)
     out = torch.full_like(x, NEG_INF)  # [B, V]
     for block in blocks:
         out.index_copy_(0, torch.tensor(block.rows, device=x.device), block.dense(x.shape[1]))
@@ -236,8 +247,10 @@ def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[Sampl
 def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
            generators: Sequence[torch.Generator | None] | None = None,
            output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
-           method: str = "fast") -> torch.Tensor:
-    """Draw one token per row, `[B, V]` -> LongTensor `[B]`.
+           method: str = "fast",
+           ngram_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `output_tokens` and `ngram_tokens` as in
+    `process_logits`.
 
     Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
     which picks token i with probability p_i (vLLM's and gpt-fast's trick: no cumulative sum, no host sync per row).
@@ -252,7 +265,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     Taught in: chapters/03-strategies.ipynb
     """
     x, rows, greedy, blocks, top_p_alone, temperature = _process(logits, params, output_tokens, method,
-                                                                 method == "fast")
+                                                                 method == "fast", ngram_tokens)
     batch = x.shape[0]
     if generators is None:
         generators = [None] * batch
