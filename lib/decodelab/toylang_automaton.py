@@ -61,20 +61,25 @@ def _parse_template(template: str) -> list[str]:
     return elements
 
 
-def compile_automaton(classes: dict[str, tuple[str, float]], templates: tuple[str, ...],
+def compile_automaton(classes: dict[str, tuple[str, float] | dict[str, float]], templates: tuple[str, ...],
                       template_alpha: float) -> list[list[Edge]]:
     """The outgoing edges of every position reachable from the start; position 0 is the start, before any template.
 
-    `classes` maps a name to (space-separated words in rank order, Zipf exponent); template and word of rank r weigh
-    1 / (r + 1) ** alpha. An edge with `target` -1 ends the text.
+    `classes` maps a name to (space-separated words in rank order, Zipf exponent), where the word of rank r weighs
+    1 / (r + 1) ** alpha, or to a dict {word: weight} of explicit weights (the document language binds a slot this
+    way). The template of rank r weighs 1 / (r + 1) ** template_alpha. An edge with `target` -1 ends the text.
 
     >>> edges = compile_automaton({"X": ("甲 乙", 0.0)}, ("{X}。",), 0.5)
     >>> [(e.char, e.prob) for e in edges[0]]
     [('甲', 0.5), ('乙', 0.5)]
     """
     tries = {}
-    for name, (words, alpha) in classes.items():
-        tries[name] = _Trie([(w, 1.0 / (r + 1) ** alpha) for r, w in enumerate(words.split())])
+    for name, spec in classes.items():
+        if isinstance(spec, dict):
+            tries[name] = _Trie([(w, weight) for w, weight in spec.items() if weight > 0])
+        else:
+            words, alpha = spec
+            tries[name] = _Trie([(w, 1.0 / (r + 1) ** alpha) for r, w in enumerate(words.split())])
     template_weights = [1.0 / (r + 1) ** template_alpha for r in range(len(templates))]
     total = sum(template_weights)
     elements = [[tries.get(e) or _Trie([(e[1:], 1.0)]) for e in _parse_template(t)] for t in templates]
