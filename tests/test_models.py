@@ -138,3 +138,41 @@ def test_build_tokenizer_checks_alphabet():
         build_tokenizer(["你好"])
     with pytest.raises(ValueError, match="duplicates"):
         build_tokenizer(["你", "你"])
+
+
+# ---- tiny-zh-doc: the document model ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def doc_model():
+    return load_model("tiny-zh-doc", device="cpu")
+
+
+def test_doc_model_quality_gate(doc_model):
+    """Held-out cross-entropy on 120 unseen documents is within 0.05 nats/char of the exact entropy rate."""
+    from decodelab.toylang_docs import DocumentLanguage
+
+    model, tokenizer = doc_model
+    docs = DocumentLanguage()
+    texts = docs.sample(120, seed=HELDOUT_SEED + 1)
+    ce = cross_entropy_per_char(model, tokenizer, texts, batch_size=40)
+    assert ce - docs.entropy_rate() <= 0.05, (ce, docs.entropy_rate())
+    true_ce = -sum(docs.log_prob(t) for t in texts) / sum(len(t) + 1 for t in texts)
+    assert ce >= true_ce - 0.05
+
+
+def test_doc_model_config_and_card(doc_model, tiny):
+    model, tokenizer = doc_model
+    assert model.config.max_position_embeddings >= 512 and tokenizer.model_max_length >= 512
+    assert tokenizer.get_vocab() == tiny[1].get_vocab()  # one vocabulary for both shipped models
+    card = (TINY_ZH.parent / "tiny-zh-doc" / "README.md").read_text(encoding="utf-8")
+    assert f"{model.num_parameters():,} parameters" in card and "python -m decodelab.train --model tiny-zh-doc" in card
+    minutes = float(re.search(r"Training time: ([\d.]+) min", card).group(1))
+    assert minutes <= 15
+
+
+def test_doc_model_knows_the_protagonist(doc_model):
+    """After the intro names 陈阿姨, the model expects her at the start of the next sentence, as the truth does."""
+    model, tokenizer = doc_model
+    prefix = "这是陈阿姨在北京的一天。"
+    probs = torch.softmax(model(torch.tensor([tokenizer(prefix)["input_ids"]])).logits[0, -1], -1)
+    assert probs[tokenizer.convert_tokens_to_ids("陈")] > 0.2

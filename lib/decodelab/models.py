@@ -1,4 +1,4 @@
-"""Load the course's model: the shipped tiny-zh, any Hugging Face hub id in the local cache, or a local path.
+"""Load the course's model: a shipped one (tiny-zh, tiny-zh-doc), any Hugging Face hub id in the local cache, or a path.
 
 Defaults: device "cuda" when `torch.cuda.is_available()`, else "cpu"; dtype float32 on CPU and bfloat16 on CUDA.
 Loading is quiet (no progress bars, no warnings), so notebook outputs stay stable.
@@ -16,7 +16,10 @@ from urllib.parse import urlparse
 
 import torch
 
-TINY_ZH = Path(__file__).parent / "assets" / "tiny-zh"
+ASSETS = Path(__file__).parent / "assets"
+TINY_ZH = ASSETS / "tiny-zh"
+# The course's own models: tiny-zh knows single sentences (context 256), tiny-zh-doc whole documents (context 512).
+SHIPPED = ("tiny-zh", "tiny-zh-doc")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
@@ -68,10 +71,12 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
 
 def _locate(name: str) -> str:
     """A local directory for `name`: the assets, a local path, or the snapshot in the HF cache (else the id)."""
-    if name == "tiny-zh":
-        if not (TINY_ZH / "config.json").is_file():
-            raise FileNotFoundError(f"the tiny-zh assets are missing from {TINY_ZH}; run `make model` to train them")
-        return str(TINY_ZH)
+    if name in SHIPPED:
+        folder = ASSETS / name
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"the {name} assets are missing from {folder}; "
+                                    f"run `python -m decodelab.train --model {name}` to train them")
+        return str(folder)
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     if name.startswith(("/", ".", "~")) or os.sep + os.sep in name:
@@ -116,14 +121,15 @@ def _quiet():
 
 def load_model(name: str = "tiny-zh", device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None):
-    """(model, tokenizer) in eval mode on `device` with `dtype`; `name` is "tiny-zh", a hub id or a local path.
+    """(model, tokenizer) in eval mode on `device` with `dtype`; `name` is "tiny-zh", "tiny-zh-doc", a hub id or a
+    local path.
 
     >>> model, tokenizer = load_model("tiny-zh", device="cpu")
     >>> tokenizer("小明")["input_ids"][0] == tokenizer.bos_token_id
     True
     """
     if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"name must be 'tiny-zh', a hub id or a local path, got {name!r}")
+        raise ValueError(f"name must be one of {SHIPPED}, a hub id or a local path, got {name!r}")
     resolved_device = resolve_device(device)
     resolved_dtype = resolve_dtype(dtype, resolved_device)
     source = _locate(name)

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerFast
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 
 
-def build_tokenizer(alphabet: list[str]) -> PreTrainedTokenizerFast:
+def build_tokenizer(alphabet: list[str], model_max_length: int = 256) -> PreTrainedTokenizerFast:
     """A fast tokenizer with one token per character of `alphabet` (sorted, single characters, no duplicates).
 
     >>> tok = build_tokenizer(["好", "你"])
@@ -38,4 +38,4 @@ def build_tokenizer(alphabet: list[str]) -> PreTrainedTokenizerFast:
     backend.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-        clean_up_tokenization_spaces=False, model_max_length=256, padding_side="left")
+        clean_up_tokenization_spaces=False, model_max_length=model_max_length, padding_side="left")

@@ -1,11 +1,14 @@
-"""Train the shipped tiny-zh model on sentences sampled from the toy language: `python -m decodelab.train`.
+"""Train the course's shipped models on text sampled from the toy languages: `python -m decodelab.train --model NAME`.
 
-Each step draws a fresh batch `<s> text </s>` from `ToyLanguage` (no sentence is seen twice on purpose), trains a
+- `tiny-zh`: single sentences of `ToyLanguage`, context 256.
+- `tiny-zh-doc`: whole documents of `DocumentLanguage` (paragraphs of 150+ characters with a protagonist), context 512.
+
+Each step draws a fresh batch `<s> text </s>` from the language (no text is seen twice on purpose), trains a
 small `LlamaForCausalLM` with grouped-query attention, then measures held-out cross-entropy against the exact
 entropy rate and the validity of greedy and sampled texts, and writes weights, tokenizer, config and a model
 card with those measured numbers.
 
-Taught in: chapters/00-intro.md (where the course's model comes from)
+Taught in: chapters/00-intro.md (where the course's models come from)
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,15 +26,17 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 
 from decodelab.tokenizer import build_tokenizer
 from decodelab.toylang import ToyLanguage
+from decodelab.toylang_docs import DocumentLanguage
 
-ASSETS = Path(__file__).parent / "assets" / "tiny-zh"
+ASSETS = Path(__file__).parent / "assets"
 HELDOUT_SEED = 1_000_000_007  # training batches use seeds seed * 1_000_000 + step, never this one
-EVAL_PROMPTS = ("小明", "今天，", "因为", "床前", "祝")
+EVAL_PROMPTS = {"sentences": ("小明", "今天，", "因为", "床前", "祝"),
+                "documents": ("这是小明在北京的一天。", "这是王奶奶在成都的一天。", "这是新来的同学在拉萨的一天。今天，")}
 
 
 @dataclass(frozen=True)
 class TrainParams:
-    """Hyper-parameters of one training run."""
+    """Hyper-parameters of one training run; `corpus` is "sentences" (ToyLanguage) or "documents"."""
 
     steps: int = 2000
     seed: int = 0
@@ -40,6 +45,22 @@ class TrainParams:
     warmup: int = 100
     hidden: int = 128
     layers: int = 4
+    corpus: str = "sentences"
+    context: int = 256
+
+
+# The shipped models and the runs that made them.
+PRESETS: dict[str, TrainParams] = {
+    "tiny-zh": TrainParams(),
+    "tiny-zh-doc": TrainParams(steps=2400, batch_size=16, lr=3e-3, corpus="documents", context=512),
+}
+
+
+def language(params: TrainParams) -> ToyLanguage | DocumentLanguage:
+    """The true language a run samples its corpus from."""
+    if params.corpus not in ("sentences", "documents"):
+        raise ValueError(f"corpus must be 'sentences' or 'documents', got {params.corpus!r}")
+    return ToyLanguage() if params.corpus == "sentences" else DocumentLanguage()
 
 
 def model_config(vocab_size: int, params: TrainParams) -> LlamaConfig:
@@ -47,7 +68,7 @@ def model_config(vocab_size: int, params: TrainParams) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=vocab_size, hidden_size=params.hidden, intermediate_size=3 * params.hidden,
         num_hidden_layers=params.layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        max_position_embeddings=params.context, bos_token_id=1, eos_token_id=2, pad_token_id=0,
         tie_word_embeddings=True, attn_implementation="sdpa")
 
 
@@ -80,57 +101,65 @@ def cross_entropy_per_char(model: LlamaForCausalLM, tokenizer: PreTrainedTokeniz
 
 @torch.no_grad()
 def generate_texts(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, prompt: str, n: int,
-                   do_sample: bool, seed: int = 0) -> list[str]:
+                   do_sample: bool, seed: int = 0, max_new_tokens: int = 48) -> list[str]:
     """`n` completions of `prompt` (prompt included), greedy or pure sampling at temperature 1."""
     torch.manual_seed(seed)
     enc = tokenizer([prompt] * n, return_tensors="pt")
     # top_k=0 switches off transformers' default top_k=50, so sampling is pure ancestral sampling at T=1
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
-    out = model.generate(**enc, **sampling, max_new_tokens=48)
+    out = model.generate(**enc, **sampling, max_new_tokens=max_new_tokens)
     return [prompt + tokenizer.decode(row[enc["input_ids"].shape[1]:], skip_special_tokens=True) for row in out]
 
 
-def evaluate(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, lang: ToyLanguage,
-             heldout: int = 2000) -> dict:
+def evaluate(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, params: TrainParams) -> dict:
     """Held-out cross-entropy vs the truth, and validity rates of greedy and sampled texts."""
+    lang = language(params)
+    documents = params.corpus == "documents"
+    heldout, n_sampled, new_tokens = (400, 50, params.context - 64) if documents else (2000, 200, 48)
     texts = lang.sample(heldout, seed=HELDOUT_SEED)
     true_nll = -sum(lang.log_prob(t) for t in texts) / sum(len(t) + 1 for t in texts)
-    metrics = {"heldout_sentences": heldout, "model_ce": cross_entropy_per_char(model, tokenizer, texts),
-               "sample_true_ce": true_nll, "entropy_rate": lang.entropy_rate(), "validity": {}}
-    for prompt in ("",) + EVAL_PROMPTS:
-        greedy = generate_texts(model, tokenizer, prompt, 1, do_sample=False)[0]
-        sampled = generate_texts(model, tokenizer, prompt, 200, do_sample=True, seed=1)
+    metrics = {"heldout_texts": heldout, "model_ce": cross_entropy_per_char(model, tokenizer, texts, batch_size=32),
+               "sample_true_ce": true_nll, "entropy_rate": lang.entropy_rate(), "sampled_per_prompt": n_sampled,
+               "validity": {}}
+    for prompt in ("",) + EVAL_PROMPTS[params.corpus]:
+        greedy = generate_texts(model, tokenizer, prompt, 1, do_sample=False, max_new_tokens=new_tokens)[0]
+        sampled = generate_texts(model, tokenizer, prompt, n_sampled, do_sample=True, seed=1,
+                                 max_new_tokens=new_tokens)
         metrics["validity"][prompt] = {"greedy_text": greedy, "greedy_valid": lang.is_valid(greedy),
                                        "sampled_valid_rate": sum(map(lang.is_valid, sampled)) / len(sampled)}
     return metrics
 
 
-def model_card(params: TrainParams, n_params: int, seconds: float, m: dict) -> str:
+def model_card(name: str, params: TrainParams, n_params: int, seconds: float, m: dict) -> str:
     """The README.md of the assets, written from measured numbers."""
     gap = m["model_ce"] - m["entropy_rate"]
     rows = "\n".join(
-        f"| {p or '(empty)'} | {v['greedy_text']} | {'yes' if v['greedy_valid'] else 'no'} | "
+        f"| {p or '(empty)'} | {_shorten(v['greedy_text'])} | {'yes' if v['greedy_valid'] else 'no'} | "
         f"{v['sampled_valid_rate']:.1%} |" for p, v in m["validity"].items())
-    return f"""# tiny-zh
+    documents = params.corpus == "documents"
+    source = ("documents of the course's toy language (`decodelab.toylang_docs.DocumentLanguage`: paragraphs of "
+              "150+ characters whose sentences share a protagonist)" if documents else
+              "the course's toy language (`decodelab.toylang.ToyLanguage`)")
+    unit = "documents" if documents else "sentences"
+    return f"""# {name}
 
-A tiny character-level `LlamaForCausalLM` trained on the course's toy language (`decodelab.toylang.ToyLanguage`),
+A tiny character-level `LlamaForCausalLM` trained on {source},
 whose exact next-character distribution is known, so every decoding experiment can be compared with the truth.
-Written by `python -m decodelab.train --steps {params.steps} --seed {params.seed}`; all numbers below are measured by
-that script.
+Written by `python -m decodelab.train --model {name}`; all numbers below are measured by that script.
 
 ## Model
 - {n_params:,} parameters; {params.layers} layers, hidden size {params.hidden}, 4 query heads sharing 2 KV heads
-  (grouped-query attention), RoPE, tied input/output embeddings; vocabulary of one token per character plus
-  `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3.
+  (grouped-query attention), RoPE, tied input/output embeddings, context {params.context} tokens; vocabulary of one
+  token per character plus `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3.
 - Input format `<s> text </s>`; the tokenizer prepends `<s>` and adds no `</s>`.
 
 ## Data and training
-- {params.steps} steps of {params.batch_size} sentences freshly sampled from the toy language
-  ({params.steps * params.batch_size:,} sentences), AdamW, peak learning rate {params.lr}, cosine decay.
+- {params.steps} steps of {params.batch_size} {unit} freshly sampled from the toy language
+  ({params.steps * params.batch_size:,} {unit}), AdamW, peak learning rate {params.lr}, cosine decay.
 - Training time: {seconds / 60:.1f} min on {torch.get_num_threads()} CPU thread(s) of a {os.cpu_count()}-core machine
   shared with other jobs.
 
-## Quality (held-out sample of {m['heldout_sentences']} sentences, seed {HELDOUT_SEED})
+## Quality (held-out sample of {m['heldout_texts']} {unit}, seed {HELDOUT_SEED})
 | measure | nats per character |
 |---|---|
 | model cross-entropy | {m['model_ce']:.4f} |
@@ -138,7 +167,8 @@ that script.
 | gap (model − entropy rate) | {gap:.4f} |
 | true −log P per character on the same sample | {m['sample_true_ce']:.4f} |
 
-Validity of generated texts under the grammar (greedy: one text; sampled: 200 texts at temperature 1, no top-k/top-p):
+Validity of generated texts under the grammar (greedy: one text; sampled: {m['sampled_per_prompt']} texts at
+temperature 1, no top-k/top-p; a text cut off by the length limit counts as invalid):
 
 | prompt | greedy text | greedy valid | sampled valid |
 |---|---|---|---|
@@ -147,28 +177,33 @@ Validity of generated texts under the grammar (greedy: one text; sampled: 200 te
 ## Use
 ```python
 from decodelab.models import load_model
-model, tokenizer = load_model("tiny-zh")
+model, tokenizer = load_model("{name}")
 ```
 `generation_config.json` sets only the special tokens, so `model.generate(do_sample=True)` applies transformers'
 default `top_k=50`; pass `top_k=0` for pure sampling.
 """
 
 
-def length_buckets(lang: ToyLanguage, params: TrainParams, step: int, group: int = 8) -> list[list[str]]:
-    """`group` fresh batches of sentences of similar length (less padding), in a seeded random order."""
+def _shorten(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters with the count of the rest, for the model card's table."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def length_buckets(lang: ToyLanguage | DocumentLanguage, params: TrainParams, step: int, group: int = 8) -> list[list[str]]:
+    """`group` fresh batches of texts of similar length (less padding), in a seeded random order."""
     texts = sorted(lang.sample(group * params.batch_size, seed=params.seed * 1_000_000 + step), key=len)
     batches = [texts[i:i + params.batch_size] for i in range(0, len(texts), params.batch_size)]
     random.Random(step).shuffle(batches)
     return batches
 
 
-def train(params: TrainParams, out: Path) -> dict:
-    """Train, evaluate and save to `out`; returns the metrics."""
+def train(name: str, params: TrainParams, out: Path) -> dict:
+    """Train, evaluate and save the model `name` to `out`; returns the metrics."""
     if params.steps < 1:
         raise ValueError(f"steps must be >= 1, got {params.steps}")
     torch.manual_seed(params.seed)
-    lang = ToyLanguage()
-    tokenizer = build_tokenizer(lang.alphabet)
+    lang = language(params)
+    tokenizer = build_tokenizer(lang.alphabet, model_max_length=params.context)
     model = LlamaForCausalLM(model_config(len(tokenizer), params))
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0, do_sample=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -176,7 +211,7 @@ def train(params: TrainParams, out: Path) -> dict:
         0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / params.steps)))))
     start = time.time()
     model.train()
-    bar = tqdm(range(params.steps), desc="train tiny-zh", mininterval=5)
+    bar = tqdm(range(params.steps), desc=f"train {name}", mininterval=5)
     batches: list[list[str]] = []
     for step in bar:
         if not batches:
@@ -192,29 +227,28 @@ def train(params: TrainParams, out: Path) -> dict:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     seconds = time.time() - start
     model.eval()
-    metrics = evaluate(model, tokenizer, lang)
+    metrics = evaluate(model, tokenizer, params)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     n_params = sum(p.numel() for p in model.parameters())
-    (out / "README.md").write_text(model_card(params, n_params, seconds, metrics), encoding="utf-8")
+    (out / "README.md").write_text(model_card(name, params, n_params, seconds, metrics), encoding="utf-8")
     return metrics
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=TrainParams.steps)
-    parser.add_argument("--seed", type=int, default=TrainParams.seed)
-    parser.add_argument("--batch-size", type=int, default=TrainParams.batch_size)
-    parser.add_argument("--lr", type=float, default=TrainParams.lr)
-    parser.add_argument("--hidden", type=int, default=TrainParams.hidden)
+    parser.add_argument("--model", choices=sorted(PRESETS), default="tiny-zh", help="which shipped model to train")
+    parser.add_argument("--steps", type=int, help="override the preset's number of steps")
+    parser.add_argument("--seed", type=int, help="override the preset's seed")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads; 1 degrades least when the cores are shared")
-    parser.add_argument("--out", type=Path, default=ASSETS)
+    parser.add_argument("--out", type=Path, help="output folder (default: the shipped assets of --model)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = TrainParams(steps=args.steps, seed=args.seed, batch_size=args.batch_size, lr=args.lr, hidden=args.hidden)
-    metrics = train(params, args.out)
+    overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+    params = replace(PRESETS[args.model], **overrides)
+    metrics = train(args.model, params, args.out or ASSETS / args.model)
     print(f"held-out CE {metrics['model_ce']:.4f} nats/char, entropy rate {metrics['entropy_rate']:.4f}, "
           f"gap {metrics['model_ce'] - metrics['entropy_rate']:.4f}")
 
