@@ -150,7 +150,7 @@ def test_support_errors_against_hand_counts():
     (lambda: M.perplexity([]), ValueError, "scores must be a non-empty list"),
     (lambda: M.perplexity([M.ContinuationScore(0.0, 0)]), ValueError, "at least one token"),
     (lambda: M.perplexity([1.0]), TypeError, r"scores\[0\] must be a ContinuationScore, got float"),
-    (lambda: M.true_log_prob("lang", "", ""), TypeError, "lang must be a ToyLanguage, got str"),
+    (lambda: M.true_log_prob("lang", "", ""), TypeError, "lang must be a ToyLanguage or a DocumentLanguage, got str"),
     (lambda: M.support_errors(torch.ones(3), torch.ones(3), torch.ones(3)), TypeError, "kept must be a bool tensor"),
     (lambda: M.support_errors(torch.zeros(3, dtype=torch.bool), torch.ones(3), torch.ones(3)), ValueError,
      "kept must keep at least one token"),
@@ -212,3 +212,32 @@ def test_text_stats_of_the_true_language(tiny, lang):
     assert 1.0 < stats.model_perplexity < 3.0  # tiny-zh is close to the truth (entropy rate ~0.79 nats)
     unfinished = M.text_stats(model, tok, lang, ["小明"], ["在公园"], ended=[False])
     assert unfinished.validity == 0.0 and unfinished.true_log_prob_per_token is None and unfinished.self_bleu is None
+
+
+def test_ending_loop_follows_holtzman():
+    """A loop is the end of the text: the most repeated tail phrase, at least 3 characters, at least twice."""
+    assert M.ending_loop("这是小明。小明在公园。小明在公园。小明在公园。") == ("小明在公园。", 3)
+    assert M.ending_loop("小明在公园。小明在公园。今天") is None  # the loop must reach the end
+    assert M.ending_loop("哈哈") is None  # a 1-character phrase needs more than 50 repeats
+    assert M.ending_loop("哈" * 51) == ("哈", 51)
+    assert M.loop_rate(["ab" * 2, "abcabc", "abcd"]) == pytest.approx(1 / 3)
+    with pytest.raises(TypeError, match="text must be a str"):
+        M.ending_loop(None)
+    with pytest.raises(ValueError, match="max_phrase must be an int >= 1, got 0"):
+        M.ending_loop("abc", max_phrase=0)
+
+
+def test_zipf_coefficient():
+    assert M.zipf_coefficient(["a" * 12 + "b" * 6 + "c" * 4 + "d" * 3]) == pytest.approx(1.0, abs=1e-9)
+    with pytest.raises(ValueError, match="at least 2 distinct characters"):
+        M.zipf_coefficient(["aaaa"])
+
+
+def test_true_log_prob_of_a_document_continuation():
+    from decodelab.toylang_docs import DocumentLanguage
+
+    docs = DocumentLanguage()
+    text = docs.sample(1, seed=9)[0]
+    head = M.true_log_prob(docs, "", text[:30], ended=False)
+    assert head + M.true_log_prob(docs, text[:30], text[30:]) == pytest.approx(docs.log_prob(text))
+    assert M.true_log_prob(docs, text[:30], "霜") == -math.inf

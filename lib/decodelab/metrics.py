@@ -4,10 +4,11 @@ Plain functions over lists of strings (one character = one token, as the tiny-zh
 scores a decoding strategy's samples and text drawn from the true language (the "human" row of chapter 03's table).
 
 - `continuation_log_probs` / `perplexity`: how likely the model finds a continuation of a prompt.
-- `true_log_prob`, `is_valid_continuation`: the exact answer of `ToyLanguage`.
+- `true_log_prob`, `is_valid_continuation`: the exact answer of `ToyLanguage` or `DocumentLanguage`.
 - `text_stats`: every statistic of chapter 03's table for one set of continuations.
 
-The text statistics it builds on (`repetition_rate`, `distinct_n`, `self_bleu`, `longest_loop`) live in
+The text statistics it builds on (`loop_rate`, `ending_loop`, `zipf_coefficient`, `repetition_rate`, `distinct_n`,
+`self_bleu`, `longest_loop`) live in
 `decodelab.text_metrics`, and `support_errors` / `truncation_errors` (what a truncation keeps against the truth) in
 `decodelab.support`; both are importable from here too.
 
@@ -22,14 +23,16 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.support import SupportErrors, support_errors, truncation_errors
-from decodelab.text_metrics import _check_texts, distinct_n, longest_loop, repetition_rate, self_bleu
+from decodelab.text_metrics import (_check_texts, distinct_n, ending_loop, longest_loop, loop_rate, repetition_rate,
+                                   self_bleu, zipf_coefficient)
 from decodelab.toylang import ToyLanguage
+from decodelab.toylang_docs import DocumentLanguage
 from decodelab.validation import check_int
 
 __all__ = [
-    "ContinuationScore", "SupportErrors", "TextStats", "continuation_log_probs", "distinct_n", "is_valid_continuation",
-    "longest_loop", "perplexity", "repetition_rate", "self_bleu", "support_errors", "text_stats", "true_log_prob",
-    "truncation_errors",
+    "ContinuationScore", "SupportErrors", "TextStats", "continuation_log_probs", "distinct_n", "ending_loop",
+    "is_valid_continuation", "longest_loop", "loop_rate", "perplexity", "repetition_rate", "self_bleu",
+    "support_errors", "text_stats", "true_log_prob", "truncation_errors", "zipf_coefficient",
 ]
 
 
@@ -103,15 +106,15 @@ def perplexity(scores: Sequence[ContinuationScore]) -> float:
 
 # ---- truth under the toy language -------------------------------------------------------------------------------
 
-def true_log_prob(lang: ToyLanguage, prompt: str, continuation: str, ended: bool = True) -> float:
+def true_log_prob(lang: ToyLanguage | DocumentLanguage, prompt: str, continuation: str, ended: bool = True) -> float:
     """Exact log P(continuation [+ end] | prompt) under the toy language; -inf once it leaves the grammar.
 
     >>> lang = ToyLanguage()
     >>> true_log_prob(lang, "床前明月光，疑是地上", "霜。")
     0.0
     """
-    if not isinstance(lang, ToyLanguage):
-        raise TypeError(f"lang must be a ToyLanguage, got {type(lang).__name__}")
+    if not isinstance(lang, (ToyLanguage, DocumentLanguage)):
+        raise TypeError(f"lang must be a ToyLanguage or a DocumentLanguage, got {type(lang).__name__}")
     for name, text in (("prompt", prompt), ("continuation", continuation)):
         if not isinstance(text, str):
             raise TypeError(f"{name} must be a str, got {type(text).__name__}")
@@ -130,7 +133,7 @@ def true_log_prob(lang: ToyLanguage, prompt: str, continuation: str, ended: bool
     return total
 
 
-def is_valid_continuation(lang: ToyLanguage, prompt: str, continuation: str, ended: bool = True) -> bool:
+def is_valid_continuation(lang: ToyLanguage | DocumentLanguage, prompt: str, continuation: str, ended: bool = True) -> bool:
     """True when prompt + continuation is a whole sentence of the language (`ended`) or a viable prefix of one."""
     return true_log_prob(lang, prompt, continuation, ended) > -math.inf
 

@@ -5,6 +5,9 @@ decoding strategy's samples and text drawn from the true language (the "human" r
 
 - `repetition_rate`: share of texts caught in a loop (a phrase repeated back to back), Holtzman et al. 2020's
   "repetition".
+- `ending_loop` / `loop_rate`: whether a text *ends* in a repeating loop, exactly as Holtzman et al. 2020 count their
+  "Repetition %" (their metrics/repetition.py, on characters here instead of GPT-2 tokens).
+- `zipf_coefficient`: the slope of log frequency against log rank of the characters (Holtzman et al.'s Figure 5).
 - `distinct_n`: unique n-grams / all n-grams over a set of texts (Li et al. 2016).
 - `self_bleu`: mean BLEU of each text against all the others (Zhu et al. 2018); high = the texts look alike.
 
@@ -62,6 +65,62 @@ def repetition_rate(texts: Sequence[str], min_repeats: int = 3) -> float:
     """
     texts = _check_texts(texts)
     return sum(bool(longest_loop(t, min_repeats)) for t in texts) / len(texts)
+
+
+def ending_loop(text: str, max_phrase: int = 90) -> tuple[str, int] | None:
+    """(phrase, times) when `text` ends in a phrase repeated back to back, else None.
+
+    Holtzman et al.'s rule: for every phrase length n up to `max_phrase`, count how often the last n characters
+    repeat back to back at the end; take the n with the most repeats (the shortest on a tie). It is a loop when that
+    phrase occurs at least twice and is at least 3 characters long (or occurs more than 50 times).
+
+    >>> ending_loop("这是小明。小明在公园。小明在公园。")
+    ('小明在公园。', 2)
+    >>> ending_loop("小明在公园。") is None
+    True
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    check_int(max_phrase, "max_phrase")
+    best_n, best_times = 0, 0
+    for n in range(1, min(max_phrase, len(text)) + 1):
+        tail, times = text[len(text) - n:], 1
+        while text[len(text) - n * (times + 1):len(text) - n * times] == tail and n * (times + 1) <= len(text):
+            times += 1
+        if times > best_times:
+            best_n, best_times = n, times
+    if best_times > 1 and (best_n >= 3 or best_times > 50):
+        return text[len(text) - best_n:], best_times
+    return None
+
+
+def loop_rate(texts: Sequence[str]) -> float:
+    """Share of `texts` that end in a repeating loop (`ending_loop`), Holtzman et al.'s "Repetition %" / 100.
+
+    >>> loop_rate(["小明在公园。小明在公园。", "小明在公园。"])
+    0.5
+    """
+    texts = _check_texts(texts)
+    return sum(ending_loop(t) is not None for t in texts) / len(texts)
+
+
+def zipf_coefficient(texts: Sequence[str]) -> float:
+    """Least-squares slope s of log(count) = c - s * log(rank) over the characters of `texts` (all ranks).
+
+    Natural language sits near 1; a larger s means fewer distinct characters carry the text.
+
+    >>> round(zipf_coefficient(["aaaaaa", "bbbcc"]), 6)  # counts 6, 3, 2: exactly 1 / rank
+    1.0
+    """
+    texts = _check_texts(texts)
+    counts = sorted(Counter("".join(texts)).values(), reverse=True)
+    if len(counts) < 2:
+        raise ValueError(f"texts must hold at least 2 distinct characters, got {len(counts)}")
+    xs = [math.log(r + 1) for r in range(len(counts))]
+    ys = [math.log(c) for c in counts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return -slope
 
 
 def distinct_n(texts: Sequence[str], n: int = 2) -> float:
