@@ -2,9 +2,11 @@
 
 1. teacher forcing against free running at several temperatures (per-position error mass and survival);
 2. a forbidden character forced into true sentences: how often the model's continuation still fits the sentence
-   as it was meant (recovered) rather than building on the error (drifted);
-3. the mitigation: sampling in short chunks checked by a verifier (the grammar), resampling chunks that fail,
-   against plain sampling: validity, model calls, true −log P per character.
+   as it was meant (recovered) rather than building on the error (drifted), against the same judgement after a
+   different *valid* character (the baseline: how often a continuation fits the meant sentence after any change);
+3. filtering: sampling in short chunks checked by a verifier, resampling chunks that fail, against plain sampling:
+   validity, model calls, true −log P per character. The oracle verifier is the grammar itself (so validity near
+   100% is true by construction); the other is the model's own likelihood (`min_prob`).
 
     .venv/bin/python scripts/ch05_drift.py        # writes chapters/data/05-drift.json (about 2 minutes on 1 core)
 
@@ -30,6 +32,7 @@ OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "05-drift.j
 TEMPERATURES = (0.7, 1.0, 1.5, 2.0)
 POSITIONS = (1, 3, 6, 10)
 HORIZONS = (None, 1, 4, 8)
+LIKELIHOOD_VERIFIERS = ((4, 0.01), (4, 0.001), (1, 0.01))  # (horizon, min_prob): the model checks itself
 
 
 def nll_per_char(lang: ToyLanguage, texts: list[str]) -> float:
@@ -81,6 +84,7 @@ def main() -> None:
                                       max_tokens=40) for i in range(len(prefixes))]
             return [c.text for c in generate(model, tokenizer, prefixes, per_row)]
         results = inject_and_continue(lang, true_texts, POSITIONS, continue_fn, seed=3)
+        substituted = inject_and_continue(lang, true_texts, POSITIONS, continue_fn, seed=3, substitute="valid")
         clean = continue_fn([t[:k + 1] for t in true_texts for k in POSITIONS if k < len(t) - 1])
         clean_prefixes = [t[:k + 1] for t in true_texts for k in POSITIONS if k < len(t) - 1]
         injections[name] = {
@@ -88,23 +92,29 @@ def main() -> None:
                                      "recovered": sum(r.recovered for r in results if r.position == k)
                                      / max(1, sum(r.position == k for r in results))} for k in POSITIONS},
             "recovered": sum(r.recovered for r in results) / len(results),
+            "valid_substitute": {"n": len(substituted),
+                                 "recovered": sum(r.recovered for r in substituted) / len(substituted)},
             "clean_valid": sum(lang.is_valid(p + c) for p, c in zip(clean_prefixes, clean)) / len(clean),
             "examples": [asdict(r) for r in results[:12]],
         }
-        print(f"injection, {name}: recovered {injections[name]['recovered']:.1%} "
+        print(f"injection, {name}: recovered {injections[name]['recovered']:.1%}, after a valid substitute "
+              f"{injections[name]['valid_substitute']['recovered']:.1%} "
               f"(no injection: {injections[name]['clean_valid']:.1%} valid)")
 
     verifier = []
-    for horizon in HORIZONS:
-        samples = [sample_with_verifier(model, tokenizer, lang, horizon, 1.5, seed=i) for i in range(args.verifier_samples)]
+    for horizon, min_prob in [(h, None) for h in HORIZONS] + list(LIKELIHOOD_VERIFIERS):
+        samples = [sample_with_verifier(model, tokenizer, lang, horizon, 1.5, seed=i, min_prob=min_prob)
+                   for i in range(args.verifier_samples)]
         texts = [s.text for s in samples]
         verifier.append({"horizon": horizon, "temperature": 1.5,
+                         "verifier": "none" if horizon is None else ("oracle" if min_prob is None else "likelihood"),
+                         "min_prob": min_prob,
                          "valid": sum(s.valid for s in samples) / len(samples),
                          "model_calls": sum(s.model_calls for s in samples) / len(samples),
                          "resamples": sum(s.resamples for s in samples) / len(samples),
                          "nll": nll_per_char(lang, texts),
                          "distinct": len(set(texts)) / len(texts)})
-        print(f"horizon {horizon}: {verifier[-1]['valid']:.1%} valid, {verifier[-1]['model_calls']:.1f} calls/sample")
+        print(f"horizon {horizon}, {verifier[-1]['verifier']} {min_prob}: {verifier[-1]['valid']:.1%} valid, {verifier[-1]['model_calls']:.1f} calls/sample")
 
     result = {"command": "python scripts/ch05_drift.py", "samples": args.samples, "entropy_rate": lang.entropy_rate(),
               "runs": runs, "injections": injections, "verifier": verifier}

@@ -53,6 +53,10 @@ class TrainParams:
 PRESETS: dict[str, TrainParams] = {
     "tiny-zh": TrainParams(),
     "tiny-zh-doc": TrainParams(steps=2400, batch_size=16, lr=3e-3, corpus="documents", context=512),
+    # Fewer parameters (2 layers, hidden 64) and a quarter of the data: a model with real errors to study
+    # (chapters/05-exposure-bias.ipynb); scripts/ch05_train_dagger.py trains its mitigated twin at equal compute.
+    "tiny-zh-doc-small": TrainParams(steps=600, batch_size=16, lr=3e-3, hidden=64, layers=2, corpus="documents",
+                                     context=512),
 }
 
 

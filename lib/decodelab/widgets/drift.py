@@ -4,10 +4,12 @@ prefix (free running), and what happens after a wrong character is forced into t
 Every measurement is against the toy language's truth (`decodelab.toylang.ToyLanguage`):
 - `position_errors` scores the model's next-character distribution at every position of a set of texts: the
   probability mass it puts on characters the language forbids there, and KL(truth || model);
-- `inject_and_continue` replaces one character of a true sentence by one the language forbids, lets the model
-  continue, and asks whether the continuation still fits the sentence as it was meant (recovered);
-- `sample_with_verifier` is the mitigation: sample in chunks of `horizon` characters, check each chunk with a
-  verifier (here the grammar's viability test), and resample a chunk that fails.
+- `inject_and_continue` replaces one character of a true sentence by one the language forbids (or, as the
+  baseline, by a different character it allows), lets the model continue, and asks whether the continuation still
+  fits the sentence as it was meant (recovered);
+- `sample_with_verifier` samples in chunks of `horizon` characters, checks each chunk with a verifier and resamples a
+  chunk that fails: the oracle (the grammar's viability test, so filtering with the truth itself) or the model's own
+  likelihood (every token of the chunk had probability >= `min_prob` under the model at temperature 1).
 
 `DriftExplorer` draws stored results; its ESM (`drift.js` after the shared prelude) only reads them, so it
 works in the static book.
@@ -96,11 +98,21 @@ def position_errors(model, tokenizer, lang: ToyLanguage, texts: Sequence[str], m
     )
 
 
+_PUNCTUATION = "，。！？“”：；"
+
+
 def forbidden_char(lang: ToyLanguage, prefix: str, rng: random.Random) -> str:
     """A character that no sentence of the language has after `prefix` (drawn with `rng`)."""
     allowed = lang.next_token_probs(prefix)
-    candidates = [ch for ch in lang.alphabet if ch not in allowed and ch not in "，。！？“”：；"]
+    candidates = [ch for ch in lang.alphabet if ch not in allowed and ch not in _PUNCTUATION]
     return rng.choice(candidates)
+
+
+def valid_substitute(lang: ToyLanguage, prefix: str, original: str, rng: random.Random) -> str | None:
+    """A character other than `original` that the language allows after `prefix` (drawn with `rng`); None if the
+    language allows no other (non-punctuation) character there."""
+    candidates = [ch for ch in lang.next_token_probs(prefix) if ch not in (original, lang.EOS, *_PUNCTUATION)]
+    return rng.choice(sorted(candidates)) if candidates else None
 
 
 @dataclass(frozen=True)
@@ -116,12 +128,20 @@ class Injection:
 
 
 def inject_and_continue(lang: ToyLanguage, texts: Sequence[str], positions: Sequence[int],
-                        continue_fn: Callable[[list[str]], list[str]], seed: int = 0) -> list[Injection]:
-    """For each text and position k < len(text), force a forbidden character at k and let `continue_fn`
-    (prefixes -> continuations) finish the text; judge the continuation against the text as it was meant."""
+                        continue_fn: Callable[[list[str]], list[str]], seed: int = 0,
+                        substitute: str = "forbidden") -> list[Injection]:
+    """For each text and position k < len(text), force a character at k and let `continue_fn` (prefixes ->
+    continuations) finish the text; judge the continuation against the text as it was meant. `substitute` is
+    "forbidden" (a character the language forbids there) or "valid" (a different one it allows: the baseline, since
+    a valid change also leads the continuation away from the meant sentence; cases with none are left out)."""
     _check_texts(texts, lang)
+    if substitute not in ("forbidden", "valid"):
+        raise ValueError(f"substitute must be 'forbidden' or 'valid', got {substitute!r}")
     rng = random.Random(seed)
-    cases = [(text, k, forbidden_char(lang, text[:k], rng)) for text in texts for k in positions if k < len(text) - 1]
+    cases = [(text, k, forbidden_char(lang, text[:k], rng) if substitute == "forbidden"
+              else valid_substitute(lang, text[:k], text[k], rng))
+             for text in texts for k in positions if k < len(text) - 1]
+    cases = [case for case in cases if case[2] is not None]
     if not cases:
         raise ValueError(f"no text is longer than the positions {list(positions)}")
     continuations = continue_fn([text[:k] + wrong for text, k, wrong in cases])
@@ -144,10 +164,12 @@ class VerifiedSample:
 
 @torch.inference_mode()
 def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | None, temperature: float, seed: int,
-                         max_chars: int = 60, max_resamples: int = 20) -> VerifiedSample:
-    """Sample one text at `temperature`, `horizon` characters at a time; after each chunk the verifier
-    (`lang.prefix_is_viable`, and `lang.is_valid` at the end) accepts it or the chunk is drawn again, up to
-    `max_resamples` times in all. `horizon=None` is plain sampling with no verifier.
+                         max_chars: int = 60, max_resamples: int = 20, min_prob: float | None = None) -> VerifiedSample:
+    """Sample one text at `temperature`, `horizon` characters at a time; after each chunk the verifier accepts it
+    or the chunk is drawn again, up to `max_resamples` times in all. `horizon=None` is plain sampling with no
+    verifier. The verifier is the oracle (`lang.prefix_is_viable`, and `lang.is_valid` at the end) when `min_prob`
+    is None, else the model's own likelihood: every token of the chunk had probability >= `min_prob` under the
+    model at temperature 1. `valid` is always judged by the grammar.
 
     Taught in: chapters/05-exposure-bias.ipynb
     """
@@ -155,16 +177,20 @@ def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | Non
         raise ValueError(f"horizon must be None or an int >= 1, got {horizon!r}")
     if not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    if min_prob is not None and (isinstance(min_prob, bool) or not isinstance(min_prob, (int, float))
+                                 or not 0 < min_prob < 1):
+        raise ValueError(f"min_prob must be None (the oracle verifier) or a number in (0, 1), got {min_prob!r}")
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     text, calls, resamples, done = "", 0, 0, False
     while not done and len(text) < max_chars:
-        chunk, ended = "", False
+        chunk, ended, likely = "", False, True
         for _ in range(horizon or max_chars):
             ids = torch.tensor([tokenizer(text + chunk)["input_ids"]], device=device)   # [1, T]
-            logits = model(input_ids=ids).logits[0, -1].float().cpu() / temperature    # [V]
+            logits = model(input_ids=ids).logits[0, -1].float().cpu()    # [V]
             calls += 1
-            token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+            token = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator))
+            likely = likely and (min_prob is None or float(torch.softmax(logits, -1)[token]) >= min_prob)
             if token == tokenizer.eos_token_id:
                 ended = True
                 break
@@ -173,7 +199,10 @@ def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | Non
             if len(text + chunk) >= max_chars:
                 break
         candidate = text + chunk
-        ok = _known(lang, candidate) and (lang.is_valid(candidate) if ended else lang.prefix_is_viable(candidate))
+        if min_prob is None:
+            ok = _known(lang, candidate) and (lang.is_valid(candidate) if ended else lang.prefix_is_viable(candidate))
+        else:
+            ok = likely
         if horizon is None or ok or resamples >= max_resamples:
             text, done = candidate, ended or horizon is None
         else:
