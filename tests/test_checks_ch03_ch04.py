@@ -289,3 +289,73 @@ def test_greedy_with_cache_on_the_shipped_model(capsys):
 def test_greedy_check_needs_prompts_with_a_model(random_llama):
     with pytest.raises(ValueError, match="input_ids must be given with a model of your own, got None"):
         check_greedy_with_cache(greedy_right, random_llama)
+
+
+# ---- chapter 03: the loop rate of top-k, measured ----------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from decodelab.checks.ch03 import check_loop_rate, loop_prompts  # noqa: E402
+from decodelab.generate import generate  # noqa: E402
+from decodelab.models import load_model  # noqa: E402
+from decodelab.text_metrics import ending_loop  # noqa: E402
+from decodelab.toylang_docs import DocumentLanguage  # noqa: E402
+
+LOOP_PROMPTS = 10  # a quick reference run: 10 continuations of at most 256 tokens
+
+
+@pytest.fixture(scope="module")
+def tiny_zh_doc():
+    torch.set_num_threads(1)
+    return load_model("tiny-zh-doc", device="cpu")
+
+
+def test_loop_prompts_are_the_first_two_sentences_of_documents():
+    docs = DocumentLanguage()
+    prompts = loop_prompts(4)
+    assert prompts == loop_prompts(6)[:4]
+    for prompt in prompts:
+        assert prompt.startswith("这是") and docs.prefix_is_viable(prompt)
+        assert len(docs.split_sentences(prompt)) == 2
+
+
+def test_loop_rate_check_accepts_the_measured_rate_and_a_range(tiny_zh_doc, capsys):
+    model, tokenizer = tiny_zh_doc
+    params = [SamplingParams(top_k=2, max_tokens=256, seed=i) for i in range(LOOP_PROMPTS)]
+    texts = [c.text for c in generate(model, tokenizer, loop_prompts(LOOP_PROMPTS), params)]
+    rate = sum(ending_loop(t) is not None for t in texts) / len(texts)
+    check_loop_rate(2, rate, num_prompts=LOOP_PROMPTS)
+    assert f"你的是 {rate:.2f}" in capsys.readouterr().out
+    nearby = rate + 0.1 if rate <= 0.5 else rate - 0.1  # other seeds give other rates: the check takes a range
+    check_loop_rate(np.int64(2), np.float64(nearby), num_prompts=LOOP_PROMPTS)
+    assert "通过" in capsys.readouterr().out
+
+
+def test_loop_rate_check_names_the_mistake(capsys):
+    with pytest.raises(CheckFailed, match="看起来像百分数"):
+        check_loop_rate(2, 17.0, num_prompts=LOOP_PROMPTS)
+    with pytest.raises(CheckFailed, match=r"k = 1 时参考循环率是 1\.00.*偏低.*tiny-zh-doc.*max_tokens=256"):
+        check_loop_rate(1, 0.0, num_prompts=LOOP_PROMPTS)  # greedy ends in a loop on every prompt
+    with pytest.raises(CheckFailed, match="和 greedy（k = 1）的 1.00 差不多.*temperature"):
+        check_loop_rate(torch.tensor(2), 1.0, num_prompts=LOOP_PROMPTS)
+    with pytest.raises(CheckFailed, match="还没有结果"):
+        check_loop_rate(2, None)
+    assert "通过" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("k", "rate", "error", "message"), [
+    (2.0, 0.1, TypeError, "k must be an int in [1, 100] (the top_k you measured with), got 2.0 of type float"),
+    (True, 0.1, TypeError, "k must be an int in [1, 100]"),
+    ("2", 0.1, TypeError, "got '2' of type str"),
+    (0, 0.1, ValueError, "k must be an int in [1, 100] (the top_k you measured with), got 0"),
+    (101, 0.1, ValueError, "got 101"),
+    (2, "0.1", TypeError, "rate must be a float in [0, 1] (the share of continuations that end in a loop), got '0.1'"),
+    (2, True, TypeError, "got True of type bool"),
+    (2, [0.1], TypeError, "got [0.1] of type list"),
+    (2, -0.1, ValueError, "rate must be a float in [0, 1] (the share of continuations that end in a loop), got -0.1"),
+    (2, 150.0, ValueError, "got 150.0"),
+    (2, float("nan"), ValueError, "got nan"),
+])
+def test_loop_rate_check_rejects_bad_inputs(k, rate, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        check_loop_rate(k, rate, num_prompts=LOOP_PROMPTS)

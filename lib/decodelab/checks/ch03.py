@@ -1,18 +1,28 @@
-"""Checks for the exercises of chapter 03 (常见解码策略): a top-p filter and a batched top-k filter.
+"""Checks for the exercises of chapter 03 (常见解码策略): a top-p filter, a batched top-k filter, and a measured
+loop rate of top-k decoding.
 
 Both filters take logits `[B, V]` and return logits `[B, V]` in which removed tokens are -inf; the kept tokens keep
-their logits (a constant shift per row is accepted too: softmax does not see it).
+their logits (a constant shift per row is accepted too: softmax does not see it). The loop rate is a number the
+student measures with any seeds, so its check accepts a range around the library's own measurement.
 
 Taught in: chapters/03-strategies.ipynb, exercises/03-strategies.ipynb
 """
 from __future__ import annotations
 
+import functools
+import math
+import numbers
+import operator
 from collections.abc import Callable
 
 import torch
 
 from decodelab.checks import call_student, expect_tensor, fail, passed
+from decodelab.generate import generate
 from decodelab.sampling import SamplingParams, process_logits
+from decodelab.text_metrics import loop_rate
+from decodelab.toylang_docs import DocumentLanguage
+from decodelab.validation import check_int
 
 
 def _logits_of(probs: list[list[float]]) -> torch.Tensor:
@@ -151,3 +161,122 @@ def check_top_k(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         fail(f"输入 {what} 时保留的 token 不对：应保留 {_kept(expected).int().tolist()}（1 = 保留），"
              f"你保留了 {_kept(out).int().tolist()}。")
     passed("top-k 正确：每一行用自己的第 k 大值（形状 [B, 1]），batch 为 1、3 还是 B == V 都对，k = V 时全部保留。")
+
+
+# ---- a measured loop rate: top-k on long continuations -------------------------------------------------------------
+
+LOOP_PROMPT_SEED = 2026  # the documents of chapter 03's long-form table (scripts/long_form.py): same first n prompts
+LOOP_MAX_TOKENS = 256
+MAX_LOOP_K = 100
+MAX_LOOP_PROMPTS = 200  # keeps the reference run under half a minute on one CPU thread
+_reference_loop_rates: dict[tuple[int, int], float] = {}  # (k, num_prompts) -> rate, so a re-run check is instant
+
+
+def loop_prompts(n: int = 30) -> list[str]:
+    """The prompts of the loop-rate exercise: the first two sentences of `n` documents of `DocumentLanguage`,
+    drawn with the fixed seed `LOOP_PROMPT_SEED` (the intro that names the protagonist, and one more sentence).
+
+    >>> loop_prompts(1)[0].startswith("这是")
+    True
+
+    Taught in: exercises/03-strategies.ipynb
+    """
+    check_int(n, "n")
+    if n > MAX_LOOP_PROMPTS:
+        raise ValueError(f"n must be an int in [1, {MAX_LOOP_PROMPTS}], got {n}")
+    language = DocumentLanguage()
+    return ["".join(language.split_sentences(doc)[:2]) for doc in language.sample(n, seed=LOOP_PROMPT_SEED)]
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_zh_doc():
+    from decodelab.models import load_model
+
+    return load_model("tiny-zh-doc", device="cpu")
+
+
+def _reference_loop_rate(k: int, num_prompts: int) -> float:
+    """Share of tiny-zh-doc's continuations (top_k=k, prompt i with seed i, 256 tokens at most) that end in a loop."""
+    key = (k, num_prompts)
+    if key not in _reference_loop_rates:
+        model, tokenizer = _tiny_zh_doc()
+        params = [SamplingParams(top_k=k, max_tokens=LOOP_MAX_TOKENS, seed=i) for i in range(num_prompts)]
+        completions = generate(model, tokenizer, loop_prompts(num_prompts), params)
+        _reference_loop_rates[key] = loop_rate([c.text for c in completions])
+    return _reference_loop_rates[key]
+
+
+def _as_top_k(k) -> int:
+    """`k` as a Python int in [1, MAX_LOOP_K]; numpy and one-element torch integers are accepted."""
+    if isinstance(k, bool) or (isinstance(k, torch.Tensor) and k.dtype == torch.bool):
+        raise TypeError(f"k must be an int in [1, {MAX_LOOP_K}] (the top_k you measured with), got {k!r}")
+    try:
+        value = operator.index(k)
+    except TypeError:
+        raise TypeError(f"k must be an int in [1, {MAX_LOOP_K}] (the top_k you measured with), "
+                        f"got {k!r} of type {type(k).__name__}") from None
+    if not 1 <= value <= MAX_LOOP_K:
+        raise ValueError(f"k must be an int in [1, {MAX_LOOP_K}] (the top_k you measured with), got {value}")
+    return value
+
+
+def _as_rate(rate) -> float:
+    """`rate` as a float; numpy numbers and one-element torch tensors are accepted, the range is checked by the caller."""
+    if isinstance(rate, torch.Tensor) and rate.numel() == 1 and rate.dtype != torch.bool:
+        rate = rate.item()
+    if isinstance(rate, (bool, torch.Tensor)) or not isinstance(rate, numbers.Real):
+        raise TypeError(f"rate must be a float in [0, 1] (the share of continuations that end in a loop), "
+                        f"got {rate!r} of type {type(rate).__name__}")
+    value = float(rate)
+    if math.isnan(value) or not 0 <= value <= 100:
+        raise ValueError(f"rate must be a float in [0, 1] (the share of continuations that end in a loop), got {rate!r}")
+    return value
+
+
+def check_loop_rate(k: int, rate: float, num_prompts: int = 30) -> None:
+    """Check a measured loop rate: the share of tiny-zh-doc's continuations of `loop_prompts(num_prompts)`, decoded
+    with `SamplingParams(top_k=k, max_tokens=256)`, that end in a repeated phrase (`text_metrics.loop_rate`).
+
+    The student may use any seeds, so the check accepts `rate` within max(0.1, 2 sqrt(p (1 - p) / n)) of the
+    library's own rate p (prompt i with seed i); the reference is computed once per (k, num_prompts) and cached.
+
+    Taught in: exercises/03-strategies.ipynb
+    """
+    k = _as_top_k(k)
+    check_int(num_prompts, "num_prompts")
+    if num_prompts > MAX_LOOP_PROMPTS:
+        raise ValueError(f"num_prompts must be an int in [1, {MAX_LOOP_PROMPTS}], got {num_prompts}")
+    if rate is None:
+        fail("还没有结果：rate 还是 None。用 loop_prompts() 的提示生成续写，再用 loop_rate 算出以循环结尾的续写所占的比例"
+             "（0 到 1 之间的小数）。")
+    rate = _as_rate(rate)
+    if rate > 1:
+        fail(f"rate 应是 0 到 1 之间的比例，你的 {rate:g} 看起来像百分数（或以循环结尾的续写的个数）："
+             f"百分数要除以 100，个数要除以提示数 {num_prompts}。")
+    reference = _reference_loop_rate(k, num_prompts)
+    tolerance = max(0.1, 2 * math.sqrt(reference * (1 - reference) / num_prompts))
+    measured = (f"k = {k} 时参考循环率是 {reference:.2f}（{num_prompts} 个提示，提示 i 用 seed i，max_tokens=256），"
+                f"容许范围 ±{tolerance:.2f}，你的是 {rate:.2f}")
+    if abs(rate - reference) <= tolerance + 1e-9:
+        passed(f"{measured}。换了 seed 数字会变：{num_prompts} 个提示的抽样误差约 2·√(p(1−p)/n)，检查至少容许 ±0.1。")
+        return
+    if rate < reference:
+        fail(f"{measured}，偏低。逐项看看："
+             "① 模型是不是 tiny-zh-doc：load_model() 默认加载的 tiny-zh 只学过单句，写完一句就结束，来不及循环；"
+             "② SamplingParams 里有没有 max_tokens=256：默认只有 16 个 token，续写太短，循环还没出现；"
+             "③ top_k=k 有没有传给 SamplingParams：默认 top_k=0 表示不截断，那是纯采样，几乎从不循环；"
+             "④ 提示是不是 loop_prompts(...) 给的文档前两句；数的是不是续写 completion.text 结尾的循环"
+             "（ending_loop(text) 不是 None，或直接 loop_rate(texts)）。"
+             f"如果用了别的提示个数 n，把 num_prompts=n 传给检查（现在是 {num_prompts}）。")
+    if k > 1:
+        greedy = _reference_loop_rate(1, num_prompts)
+        if abs(rate - greedy) <= 0.1:
+            fail(f"{measured}，却和 greedy（k = 1）的 {greedy:.2f} 差不多。temperature 是不是 0？"
+                 "temperature=0 就是 greedy，这时 top_k 不起作用；或者传进去的 top_k 其实是 1，或者你自己取了 argmax。"
+                 "用 SamplingParams(top_k=k, max_tokens=256, seed=i)，temperature 保持默认的 1。")
+    fail(f"{measured}，偏高。逐项看看："
+         "① 数的是不是以循环结尾的续写（ending_loop / loop_rate）：repetition_rate 会把中途重复过、后来又走出来的续写也算进去；"
+         "② temperature 是不是小于 1：分布更尖，更容易重复；"
+         "③ 传给 SamplingParams 的 top_k 是不是比你报告的 k 小；"
+         "④ 提示是不是 loop_prompts(...) 给的文档前两句。"
+         f"如果用了别的提示个数 n，把 num_prompts=n 传给检查（现在是 {num_prompts}）。")
