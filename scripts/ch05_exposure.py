@@ -178,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=300)
     parser.add_argument("--forced", type=int, default=300)
-    parser.add_argument("--exercise", type=int, default=100)
+    parser.add_argument("--exercise", type=int, default=40)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()

@@ -83,3 +83,36 @@ def check_invalid_mass(fn: Callable[[dict, dict], float]) -> None:
         fail(f"输入 {what} 时应得 {expected:g}，你的结果是 {result!r}。"
              "把 model_probs 里那些在 true_probs 中不存在（或概率为 0）的 token 的概率加起来；别漏了 </s>。")
     passed("正确：只有真实分布里概率为 0 的 token 算“非法”，真实概率很小但不为 0 的 token 不算。")
+
+
+# Reference of exercise 5.3, written by scripts/ch05_exposure.py into chapters/data/05-exposure.json
+# ("exercise" of tiny-zh-doc-small): the 40 documents DocumentLanguage().sample(40, seed=505_000_005), pooled hazard
+# on the data and on the model's own error-free prefixes, and the 95% bootstrap interval of the gap.
+HAZARD_REFERENCE: dict[float, dict[str, float]] = {}
+
+
+def check_hazard_gap(temperature: float, data_hazard: float, own_hazard: float) -> None:
+    """Check a measured (data_hazard, own_hazard) of tiny-zh-doc-small at `temperature` against the stored run:
+    the data hazard is deterministic, the own hazard depends on the samples, so it is accepted in a range."""
+    if temperature not in HAZARD_REFERENCE:
+        fail(f"temperature 应是 {sorted(HAZARD_REFERENCE)} 之一（脚本只为这几个温度存了参考值），你给的是 {temperature!r}。")
+    for name, value in (("data_hazard", data_hazard), ("own_hazard", own_hazard)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            fail(f"{name} 应是一个 0 到 1 之间的概率（每个位置的 hazard 的平均），你给的是 {value!r}。")
+    ref = HAZARD_REFERENCE[temperature]
+    if not math.isclose(data_hazard, ref["data"], rel_tol=0.02, abs_tol=1e-4):
+        hint = ("偏低：是不是把第一句（提示本身）的位置也算进去了？从 len(first_sentence(doc)) 开始算。"
+                if data_hazard < ref["data"] else
+                "偏高：hazard 要用模型在同一个 temperature 下的分布，且只数真实分布不允许的 token。")
+        fail(f"在 40 篇真实文档上，T={temperature} 时 data_hazard 应约为 {ref['data']:.4f}，你得到 {data_hazard:.4f}，{hint}")
+    half = (ref["gap_high"] - ref["gap_low"]) / 2
+    low, high = ref["own_clean"] - 1.5 * half, ref["own_clean"] + 1.5 * half
+    if not low <= own_hazard <= high:
+        hint = ("偏高：是不是把出错之后的位置也算进去了？只要 status == \"clean\" 的位置。" if own_hazard > high else
+                "偏低：续写要用同一个 temperature 采样，并从每篇文档的第一句接着写。")
+        fail(f"T={temperature} 时，模型自己的无错前缀上的 hazard 应在 [{low:.4f}, {high:.4f}] 之间"
+             f"（参考值 {ref['own_clean']:.4f}），你得到 {own_hazard:.4f}，{hint}")
+    gap = own_hazard - data_hazard
+    passed(f"T={temperature}：自己的前缀上 {own_hazard:.4f}，真实前缀上 {data_hazard:.4f}，差 {gap:+.4f}；脚本的 95% 区间是 "
+           f"[{ref['gap_low']:+.4f}, {ref['gap_high']:+.4f}]。区间{'不含' if ref['gap_low'] > 0 or ref['gap_high'] < 0 else '包含'} 0："
+           "比较不同温度下这个差的符号和大小，想一想它量的是“没见过的前缀”，还是“模型偏爱的前缀”。")
