@@ -1,6 +1,7 @@
 """Shared fixtures and the skip policy of the suite.
 
-Under CI=true a skipped test fails, except those marked `cuda` (no GPU in CI).
+Under CI=true a skipped test fails, except those marked `cuda` (no GPU in CI). Outside CI the run ends by naming the
+browser tests that skipped and the system packages they need.
 """
 import os
 import subprocess
@@ -37,6 +38,28 @@ def pytest_runtest_makereport(item, call):
             return
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, which allows only CUDA skips: {report.longrepr}"
+
+
+BROWSER_PACKAGES = "sudo apt-get install -y chromium fonts-wqy-microhei nodejs npm"
+
+
+def pytest_unconfigure(config):
+    """Outside CI, the last lines of a run: which browser tests skipped, why, and what to install (README, quick start).
+
+    Runs after pytest's own summary, so `make test` ends with it; it never changes the exit status."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or os.environ.get("CI") == "true":
+        return
+    skipped = [report for report in reporter.stats.get("skipped", []) if "browser" in report.keywords]
+    if not skipped:
+        return
+    reasons = sorted({report.longrepr[2] for report in skipped if isinstance(report.longrepr, tuple)})
+    files = sorted({report.nodeid.split("::")[0] for report in skipped})
+    reporter.write_sep("-", f"{len(skipped)} browser tests skipped", yellow=True)
+    for reason in reasons:
+        reporter.write_line(reason)
+    reporter.write_line(f"in {', '.join(files)}")
+    reporter.write_line(f"To run them on Debian/Ubuntu: {BROWSER_PACKAGES}, then make test again.")
 
 
 @pytest.fixture(scope="session")
