@@ -50,7 +50,8 @@ def pytest_unconfigure(config):
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or os.environ.get("CI") == "true":
         return
-    skipped = [report for report in reporter.stats.get("skipped", []) if "browser" in report.keywords]
+    # Skips at collection (a CollectReport) carry no keywords: only test reports can be browser tests.
+    skipped = [report for report in reporter.stats.get("skipped", []) if "browser" in getattr(report, "keywords", {})]
     if not skipped:
         return
     reasons = sorted({report.longrepr[2] for report in skipped if isinstance(report.longrepr, tuple)})
