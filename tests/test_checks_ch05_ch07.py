@@ -304,3 +304,37 @@ def test_online_softmax_accepts_the_right_answer(fn, capsys):
 def test_online_softmax_names_the_mistake(fn, hint):
     with pytest.raises(CheckFailed, match=hint):
         check_online_softmax(fn)
+
+
+# ---- exercise 5.3: the hazard gap, checked against the stored run of scripts/ch05_exposure.py ---------------------
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from decodelab.checks.ch05 import HAZARD_REFERENCE, check_hazard_gap  # noqa: E402
+
+
+def test_hazard_reference_equals_the_stored_run():
+    data = json.loads((Path(__file__).parent.parent / "chapters/data/05-exposure.json").read_text(encoding="utf-8"))
+    small = next(m for m in data["models"] if m["name"] == "tiny-zh-doc-small")
+    for temperature, ref in small["exercise"].items():
+        stored = HAZARD_REFERENCE[float(temperature)]
+        assert (stored["data"], stored["own_clean"]) == (ref["data"], ref["own_clean"])
+        assert [stored["gap_low"], stored["gap_high"]] == ref["gap_interval"]
+
+
+def test_hazard_gap_accepts_a_range(capsys):
+    ref = HAZARD_REFERENCE[1.0]
+    check_hazard_gap(1.0, ref["data"], ref["own_clean"] + 0.0005)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, hint", [
+    ((0.9, 0.01, 0.01), "temperature 应是"),
+    ((1.0, 1.5, 0.01), "0 到 1 之间的概率"),
+    ((1.0, HAZARD_REFERENCE[1.0]["data"] * 0.5, 0.009), "偏低：是不是把第一句"),
+    ((1.0, HAZARD_REFERENCE[1.0]["data"], 0.05), "偏高：是不是把出错之后的位置"),
+    ((1.0, HAZARD_REFERENCE[1.0]["data"], 0.0), "偏低：续写要用同一个 temperature"),
+])
+def test_hazard_gap_names_the_mistake(args, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_hazard_gap(*args)
