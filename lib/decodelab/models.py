@@ -18,8 +18,9 @@ import torch
 
 ASSETS = Path(__file__).parent / "assets"
 TINY_ZH = ASSETS / "tiny-zh"
-# The course's own models: tiny-zh knows single sentences (context 256), tiny-zh-doc whole documents (context 512).
-SHIPPED = ("tiny-zh", "tiny-zh-doc")
+# The course's own models: tiny-zh knows single sentences (context 256), tiny-zh-doc whole documents (context 512);
+# chapter 05's small twins are trained to fall short of the truth (plain, soft targets, DAgger).
+SHIPPED = ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
