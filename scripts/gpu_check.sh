@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One prepared run of every GPU check, for a lent GPU machine: under 8 minutes in all.
+#
+#   scripts/gpu_check.sh OUTDIR            # from the repository root or anywhere
+#   PYTHON=/path/to/python scripts/gpu_check.sh OUTDIR
+#
+# Runs, each under its own time limit, writing into OUTDIR:
+#   env.json               GPU name, driver, torch / transformers / triton versions
+#   pytest-cuda.xml + .log the tests marked `cuda` (pytest -m cuda)
+#   sampling.json          benchmarks/sampling.py --device cuda
+#   attention.json         benchmarks/attention.py --device cuda (Triton kernel against the torch reference)
+#   serving.json           benchmarks/serving.py --device cuda
+#   roofline.json          benchmarks/roofline.py --device cuda (bandwidth, matmul peak, decode/prefill points)
+#   summary.json           exit status and seconds of every step
+# Each step's stdout/stderr go to OUTDIR/<step>.log. A failed step does not stop the others; the script exits 1 if
+# any step failed, 2 (at once, before anything runs) if torch sees no CUDA GPU.
+# Taught in: README.md (Performance); the figures go to chapters/06-prefill-decode-kv-cache.ipynb and 07.
+set -uo pipefail
+
+if [ $# -ne 1 ] || [ -z "$1" ]; then
+    echo "usage: scripts/gpu_check.sh OUTDIR" >&2
+    exit 64
+fi
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mkdir -p "$1" || { echo "gpu_check: cannot create output folder $1" >&2; exit 64; }
+OUT="$(cd "$1" && pwd)"
+cd "$ROOT"
+
+# The project's venv is CPU-only on the course machine; on a GPU machine use whatever python has CUDA torch.
+if [ -n "${PYTHON:-}" ]; then
+    PY="$PYTHON"
+elif [ -x .venv/bin/python ] && .venv/bin/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+    PY=.venv/bin/python
+else
+    PY=python3
+fi
+export PYTHONPATH="$ROOT/lib${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1
+
+if ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+    echo "gpu_check: no CUDA GPU: torch.cuda.is_available() is False for $PY" \
+         "($("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'torch not importable'))." \
+         "Run this on a machine with an NVIDIA GPU and a CUDA build of torch (set PYTHON=... to choose the interpreter)." >&2
+    exit 2
+fi
+
+"$PY" - "$OUT/env.json" <<'EOF'
+import json, platform, subprocess, sys
+import torch
+info = {"gpu": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+for name in ("transformers", "triton"):
+    try:
+        info[name] = __import__(name).__version__
+    except ImportError:
+        info[name] = None
+try:
+    info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+except OSError:
+    info["nvidia_smi"] = None
+open(sys.argv[1], "w").write(json.dumps(info, indent=1) + "\n")
+print(json.dumps(info))
+EOF
+
+declare -a SUMMARY=()
+FAILED=0
+step() {  # step NAME SECONDS COMMAND...: run under `timeout`, log to OUT/NAME.log, record status and time
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    echo "== $name (limit ${limit}s): $*"
+    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    local took=$((SECONDS - start))
+    [ $rc -eq 0 ] || FAILED=1
+    [ $rc -eq 124 ] && echo "   $name ran past ${limit}s and was stopped"
+    echo "   rc=$rc in ${took}s; last lines:"
+    tail -n 5 "$OUT/$name.log" | sed 's/^/   | /'
+    SUMMARY+=("{\"step\": \"$name\", \"rc\": $rc, \"seconds\": $took}")
+}
+
+# limits add up to 435 s, under the 8 minutes a lent machine gives one run
+step pytest-cuda 120 "$PY" -m pytest -m cuda -p no:cacheprovider -q --junitxml "$OUT/pytest-cuda.xml" tests
+step sampling 75 "$PY" benchmarks/sampling.py --device cuda --repeats 3 --out "$OUT/sampling.json"
+step attention 60 "$PY" benchmarks/attention.py --device cuda --repeats 20 --out "$OUT/attention.json"
+step serving 90 "$PY" benchmarks/serving.py --device cuda --repeats 2 --out "$OUT/serving.json"
+step roofline 90 "$PY" benchmarks/roofline.py --device cuda --out "$OUT/roofline.json"
+
+{
+    echo "["
+    for i in "${!SUMMARY[@]}"; do
+        [ "$i" -gt 0 ] && echo ","
+        printf ' %s' "${SUMMARY[$i]}"
+    done
+    echo ""
+    echo "]"
+} >"$OUT/summary.json"
+echo "wrote $OUT (summary.json: exit status of every step)"
+exit $FAILED
