@@ -105,5 +105,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # Before myst-nb reads nb_ipywidgets_js (builder-inited) and before sphinx.ext.mathjax reads mathjax_path.
     app.connect("config-inited", configure, priority=100)
     app.connect("build-finished", copy_anywidget_loader)
-    app.add_css_file("course.css")  # book/static/course.css: the course's own styles (computed tables)
+    app.add_css_file("course.css")  # book/static/course.css: the course's own styles (computed tables, layout)
+    app.add_js_file("nav-toggles.js")  # book/static/nav-toggles.js: the article header's sidebar buttons work
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

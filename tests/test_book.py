@@ -245,3 +245,58 @@ def test_chinese_search_segments_the_query(browser_session):
     found_without = search_result_pages(plain.new_page(), base_url, query)
     plain.close()
     assert found_without == [], f"search for {query!r} found {found_without} even without the query splitter"
+
+
+VISIBLE_SEARCH_FIELDS_JS = """() => [...document.querySelectorAll('.search-button-field, form.bd-search')]
+  .filter((el) => !el.closest('dialog') && el.getBoundingClientRect().width > 0 && getComputedStyle(el).visibility === 'visible')
+  .length"""
+
+
+@pytest.mark.browser
+def test_phone_reader_opens_the_chapter_list_and_follows_a_link(browser_session):
+    """At 390 px the sidebars are hidden; the article header's ☰ opens the chapter list, a link in it leads to another
+    chapter, and there the page-contents button lists the page's sections."""
+    browser, base_url = browser_session
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    problems = watch(context)
+    page = context.new_page()
+    first, target = toc_pages()[1], toc_pages()[-4]
+    page.goto(base_url + f"{first}.html", timeout=PAGE_TIMEOUT_MS)
+    chapter_list = page.locator("#pst-primary-sidebar-modal")
+    target_link = chapter_list.locator(f'a[href="{Path(target).name}.html"]')
+    assert not page.locator(f'#pst-primary-sidebar a[href="{Path(target).name}.html"]').is_visible()
+
+    page.locator(".bd-header-article .primary-toggle").tap()
+    target_link.wait_for(state="visible", timeout=PAGE_TIMEOUT_MS)
+    assert chapter_list.evaluate("(dialog) => dialog.open")
+    target_link.tap()
+    page.wait_for_url(f"**/{target}.html", timeout=PAGE_TIMEOUT_MS)
+
+    page.locator(".bd-header-article .secondary-toggle").tap()
+    contents = page.locator("#pst-secondary-sidebar-modal nav.page-toc a")
+    contents.first.wait_for(state="visible", timeout=PAGE_TIMEOUT_MS)
+    headings = page.locator("main section h2").count()
+    assert contents.count() >= headings > 0, f"page contents list {contents.count()} links for {headings} sections"
+    context.close()
+    assert not problems.summary(), problems.summary()
+
+
+@pytest.mark.browser
+def test_desktop_toggle_collapses_the_sidebar_and_one_search_field_shows(browser_session):
+    browser, base_url = browser_session
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    problems = watch(context)
+    page = context.new_page()
+    page.goto(base_url + f"{toc_pages()[1]}.html", timeout=PAGE_TIMEOUT_MS)
+    page.wait_for_load_state("networkidle", timeout=PAGE_TIMEOUT_MS)
+    sidebar_link = page.locator("#pst-primary-sidebar nav.bd-docs-nav a").first
+    assert sidebar_link.is_visible()
+    assert page.evaluate(VISIBLE_SEARCH_FIELDS_JS) == 1
+
+    toggle = page.locator(".bd-header-article .primary-toggle")
+    toggle.click()
+    sidebar_link.wait_for(state="hidden", timeout=PAGE_TIMEOUT_MS)
+    toggle.click()
+    sidebar_link.wait_for(state="visible", timeout=PAGE_TIMEOUT_MS)
+    context.close()
+    assert not problems.summary(), problems.summary()
