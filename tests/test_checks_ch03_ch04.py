@@ -359,3 +359,91 @@ def test_loop_rate_check_names_the_mistake(capsys):
 def test_loop_rate_check_rejects_bad_inputs(k, rate, error, message):
     with pytest.raises(error, match=re.escape(message)):
         check_loop_rate(k, rate, num_prompts=LOOP_PROMPTS)
+
+
+# ---- chapter 04: the error rate after a forced wrong token (exercise 4.3) --------------------------------------
+
+from decodelab.checks.ch04 import check_later_error_rate  # noqa: E402
+from decodelab.forced_token import DOCUMENT_SEED, continue_and_judge, forced_inputs  # noqa: E402
+from decodelab.models import load_model  # noqa: E402
+from decodelab.toylang import ToyLanguage  # noqa: E402
+from decodelab.toylang_docs import DocumentLanguage  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def snowball():
+    """A student's runs of exercise 4.3 as the exercise asks (100 documents, 50 tokens), at T = 1.5 and T = 1,
+    and at T = 1.5 with another seed."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, tokenizer = load_model("tiny-zh-doc", device="cpu")
+        inputs = forced_inputs(model, tokenizer, DocumentLanguage(), n=100, seed=DOCUMENT_SEED)
+        run = lambda forced, temperature, seed=0: continue_and_judge(  # noqa: E731
+            model, tokenizer, ToyLanguage(), inputs.prefixes, forced, temperature, max_tokens=50, seed=seed)
+        return {"T=1.5": {"clean": run(None, 1.5), "wrong": run(inputs.wrong, 1.5)},
+                "T=1": {"clean": run(None, 1.0), "wrong": run(inputs.wrong, 1.0)},
+                "other seed": {"clean": run(None, 1.5, seed=1000), "wrong": run(inputs.wrong, 1.5, seed=1000)}}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _count(judged, *verdicts):
+    return sum(j.statuses.count(v) for j in judged for v in verdicts)
+
+
+def later_error_rate(judged):
+    return _count(judged, "error") / _count(judged, "error", "ok")
+
+
+def rate_over_all_positions(judged):
+    return _count(judged, "error") / _count(judged, "error", "ok", "skip")
+
+
+def rate_skip_as_error(judged):
+    return _count(judged, "error", "skip") / _count(judged, "error", "ok", "skip")
+
+
+def share_of_texts_with_an_error(judged):
+    return sum("error" in j.statuses for j in judged) / len(judged)
+
+
+def mean_of_per_text_rates(judged):
+    return sum(j.statuses.count("error") / max(1, j.statuses.count("error") + j.statuses.count("ok"))
+               for j in judged) / len(judged)
+
+
+@pytest.mark.parametrize("run", ["T=1.5", "other seed"])
+def test_later_error_rate_accepts_a_measurement_with_any_seed(snowball, run, capsys):
+    check_later_error_rate(1.5, later_error_rate(snowball[run]["clean"]), later_error_rate(snowball[run]["wrong"]))
+    out = capsys.readouterr().out
+    assert "通过" in out and "T = 1.5" in out and "错字 − 对照的 95% 区间" in out
+
+
+@pytest.mark.parametrize(("measure", "hint"), [
+    (lambda judged: 100 * later_error_rate(judged), "像是百分数"),
+    (rate_over_all_positions, "你把 \"skip\" 的位置也算进了分母"),
+    (rate_skip_as_error, "你把 \"skip\" 当成了错误"),
+    (share_of_texts_with_an_error, "你算的是“有错的续写占多少”"),
+    (mean_of_per_text_rates, "你先算了每段续写自己的错误率，再取平均"),
+])
+def test_later_error_rate_names_the_mistake(snowball, measure, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_later_error_rate(1.5, measure(snowball["T=1.5"]["clean"]), measure(snowball["T=1.5"]["wrong"]))
+    assert "通过" not in capsys.readouterr().out
+
+
+def test_later_error_rate_notices_the_temperature_was_not_passed(snowball):
+    with pytest.raises(CheckFailed, match="正好像 T = 1 时的结果"):
+        check_later_error_rate(1.5, *(later_error_rate(snowball["T=1"][name]) for name in ("clean", "wrong")))
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    ((1.5, None, None), "还没有量"),
+    ((5, 0.01, 0.01), "TEMPERATURE 应是 0（greedy）到 3 之间的一个数"),
+    ((1.5, "0.02", 0.02), "clean_rate 应是一个数"),
+    ((1.5, 0.2, 0.2), "库在 T = 1.5 的同样 100 篇文档上量到"),
+])
+def test_later_error_rate_rejects_what_is_not_a_measurement(args, hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_later_error_rate(*args)

@@ -1,13 +1,15 @@
-"""Checks for the exercises of chapter 04 (自回归生成): the sequence log-probability from one forward pass, and the
-greedy loop over a KV cache.
+"""Checks for the exercises of chapter 04 (自回归生成): the sequence log-probability from one forward pass, the
+greedy loop over a KV cache, and the error rate after a forced wrong token at a temperature the student picks.
 
 Taught in: chapters/04-autoregressive.ipynb, exercises/04-autoregressive.ipynb
 """
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from decodelab.checks import CheckFailed, call_student, close, expect_tensor, fail, passed
@@ -138,3 +140,128 @@ def check_greedy_with_cache(fn: Callable, model=None, input_ids: torch.Tensor | 
         fail(f"生成 {max_new_tokens} 个 token 只需要 1 次 prefill + {max_new_tokens - 1} 次 decode，你调用了模型 {len(calls)} 次。")
     passed(f"贪心生成正确，并且用上了 KV cache：1 次 prefill（{prompt_len} 个 token），之后每步只送入 1 个 token，"
            f"共 {len(calls)} 次前向。")
+
+
+# ---- exercise 4.3: the error rate after a forced wrong token, measured at a temperature of the student's choice ----
+
+SNOWBALL_DOCUMENTS = 100  # the exercise's sample: forced_inputs(..., n=100, seed=DOCUMENT_SEED)
+SNOWBALL_TOKENS = 50  # continue_and_judge(..., max_tokens=50, seed=0)
+_MIN_TOLERANCE = 0.002  # the accepted range is the library's measurement ± max(0.002, 3 bootstrap standard errors)
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_zh_doc():
+    from decodelab.models import load_model
+
+    return load_model("tiny-zh-doc", device="cpu")
+
+
+@functools.lru_cache(maxsize=1)
+def _snowball_inputs():
+    from decodelab.forced_token import DOCUMENT_SEED, forced_inputs
+    from decodelab.toylang_docs import DocumentLanguage
+
+    model, tokenizer = _tiny_zh_doc()
+    return forced_inputs(model, tokenizer, DocumentLanguage(), SNOWBALL_DOCUMENTS, DOCUMENT_SEED)
+
+
+@functools.lru_cache(maxsize=8)
+def _snowball_reference(temperature: float) -> dict[str, dict[str, np.ndarray]]:
+    """The library's own run of the exercise at `temperature`: per condition and per document, the counts of
+    "error", "ok" and "skip" verdicts."""
+    from decodelab.forced_token import continue_and_judge
+    from decodelab.toylang import ToyLanguage
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: one thread is fastest and does not fight other jobs for the cores
+    try:
+        model, tokenizer = _tiny_zh_doc()
+        inputs = _snowball_inputs()
+        out = {}
+        for name, forced in (("clean", None), ("wrong", inputs.wrong)):
+            judged = continue_and_judge(model, tokenizer, ToyLanguage(), inputs.prefixes, forced, temperature,
+                                        SNOWBALL_TOKENS, seed=0)
+            out[name] = {verdict: np.array([j.statuses.count(verdict) for j in judged], dtype=float)
+                         for verdict in ("error", "ok", "skip")}
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _rate_and_error(counts: dict[str, np.ndarray]) -> tuple[float, float]:
+    """Errors per judged character, and its bootstrap standard error over documents (1,000 resamples, seed 0)."""
+    errors, judged = counts["error"], counts["error"] + counts["ok"]
+    resample = np.random.default_rng(0).integers(0, len(errors), size=(1000, len(errors)))  # [1000, N]
+    return float(errors.sum() / judged.sum()), float((errors[resample].sum(1) / judged[resample].sum(1)).std())
+
+
+def _snowball_mistake(value: float, counts: dict[str, np.ndarray]) -> str | None:
+    """The hint for a value computed from the library's own verdicts with a known mistake (same seeds), else None."""
+    errors, ok, skip = counts["error"].sum(), counts["ok"].sum(), counts["skip"].sum()
+    same = lambda x: math.isclose(value, x, rel_tol=1e-9, abs_tol=1e-12)  # noqa: E731
+    if same(errors / (errors + ok)):
+        return None
+    if same(100 * errors / (errors + ok)):
+        return "像是百分数：请给比例（0 到 1 之间），例如 0.02 而不是 2。"
+    if same(errors / (errors + ok + skip)):
+        return ("你把 \"skip\" 的位置也算进了分母。skip 的字没法判断对错（它们在一个已经出错的句子里），"
+                "既不算对也不算错：分母只数 \"ok\" 和 \"error\"。")
+    if same((errors + skip) / (errors + ok + skip)):
+        return "你把 \"skip\" 当成了错误。skip 是没法判断的字，不算错；只数 \"error\"，分母只数 \"ok\" 和 \"error\"。"
+    if same(float((counts["error"] > 0).mean())):
+        return ("你算的是“有错的续写占多少”（每段续写一个数）。题目要的是每个被判断的字出错的比例："
+                "把所有续写的 \"error\" 加起来，除以所有续写的 \"ok\" 与 \"error\" 之和。")
+    if same(float((counts["error"] / np.maximum(counts["error"] + counts["ok"], 1)).mean())):
+        return ("你先算了每段续写自己的错误率，再取平均：短的续写和长的续写权重一样了。"
+                "把所有续写的 \"error\" 加起来，再除以所有续写的 \"ok\" 与 \"error\" 之和。")
+    return None
+
+
+def check_later_error_rate(temperature: float, clean_rate: float | None, wrong_rate: float | None) -> None:
+    """Check the student's error rates after the forced position at `temperature`: `clean_rate` with nothing forced,
+    `wrong_rate` after the forced wrong character, each = errors / judged characters over the 100 exercise documents
+    (`continue_and_judge(..., max_tokens=50, seed=0)`). Accepted: the library's own measurement ± max(0.002, three
+    bootstrap standard errors), so another seed passes too.
+    """
+    from decodelab.sampling import SamplingParams
+
+    if clean_rate is None or wrong_rate is None:
+        fail("还没有量：把 clean_rate 和 wrong_rate 换成你量到的错误率（0 到 1 之间的比例）。")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 3:
+        fail(f"TEMPERATURE 应是 0（greedy）到 3 之间的一个数，你给的是 {temperature!r}。")
+    try:
+        SamplingParams(temperature=temperature)
+    except ValueError as error:
+        fail(f"TEMPERATURE = {temperature!r} 不能用来采样：{error}")
+    rates = {"clean_rate": clean_rate, "wrong_rate": wrong_rate}
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or math.isnan(value):
+            fail(f"{name} 应是一个数（错误的比例），你给的是 {value!r}。")
+    reference = _snowball_reference(float(temperature))
+    expected = {}
+    for (name, value), condition in zip(rates.items(), ("clean", "wrong")):
+        hint = _snowball_mistake(value, reference[condition])
+        if hint:
+            fail(f"{name} = {value:g}：{hint}")
+        if not 0 <= value <= 1:
+            fail(f"{name} 是一个比例，应在 0 到 1 之间，你给的是 {value:g}"
+                 + ("：像是百分数，请除以 100。" if 1 < value <= 100 else "。"))
+        rate, error = _rate_and_error(reference[condition])
+        tolerance = max(_MIN_TOLERANCE, 3 * error)
+        expected[name] = (rate, tolerance)
+        if abs(value - rate) <= tolerance:
+            continue
+        if temperature != 1 and abs(value - _rate_and_error(_snowball_reference(1.0)[condition])[0]) <= tolerance / 3:
+            fail(f"{name} = {value:.4f} 正好像 T = 1 时的结果：TEMPERATURE 传进 continue_and_judge 了吗？")
+        fail(f"{name} = {value:.4f}，库在 T = {temperature:g} 的同样 {SNOWBALL_DOCUMENTS} 篇文档上量到 {rate:.4f}"
+             f"（允许 ±{tolerance:.4f}）。检查：前缀和错字来自 forced_inputs(..., n={SNOWBALL_DOCUMENTS}, "
+             f"seed=DOCUMENT_SEED)；续写 max_tokens={SNOWBALL_TOKENS}；比例 = 所有 error 之和 / 所有 ok 与 error 之和。")
+    resample = np.random.default_rng(1).integers(0, SNOWBALL_DOCUMENTS, size=(1000, SNOWBALL_DOCUMENTS))
+    rate = lambda c: c["error"][resample].sum(1) / (c["error"] + c["ok"])[resample].sum(1)  # noqa: E731
+    low, high = 100 * np.quantile(rate(reference["wrong"]) - rate(reference["clean"]), [0.025, 0.975])
+    verdict = ("区间包含 0：在这个 temperature 下，看不出错字让之后的错误变多" if low <= 0 <= high else
+               "区间在 0 以上：错字之后的错误更多了" if low > 0 else "区间在 0 以下：错字之后的错误反而更少")
+    (clean_ref, clean_tol), (wrong_ref, wrong_tol) = expected["clean_rate"], expected["wrong_rate"]
+    passed(f"T = {temperature:g}：你量到对照 {clean_rate:.2%}、错字之后 {wrong_rate:.2%}，在库的测量范围内"
+           f"（{clean_ref:.2%} ± {100 * clean_tol:.2f} 和 {wrong_ref:.2%} ± {100 * wrong_tol:.2f} 个百分点）。"
+           f"库的 100 篇文档上，错字 − 对照的 95% 区间是 [{low:+.2f}, {high:+.2f}] 个百分点；{verdict}。")
