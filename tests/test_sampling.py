@@ -313,3 +313,19 @@ def test_cuda_seeded_rows_do_not_depend_on_the_batch():
     shared = sample(batch, [mine, SamplingParams(), SamplingParams(top_k=9), SamplingParams(temperature=0.0)],
                     [make_generator(5, "cuda"), None, None, None])
     assert int(shared[0]) == int(alone[0])
+
+
+def test_params_accept_torch_and_numpy_scalars():
+    """A 0-d tensor or numpy scalar is a number (it is what a tensor computation hands back); anything else is named."""
+    import numpy as np
+
+    params = SamplingParams(temperature=torch.tensor(0.5), top_k=np.int64(5), top_p=np.float64(0.9),
+                            seed=torch.tensor(3), max_tokens=np.int32(8), stop_token_ids=[np.int64(2)])
+    assert (params.temperature, params.top_k, params.top_p, params.seed, params.max_tokens) == (0.5, 5, 0.9, 3, 8)
+    assert type(params.top_k) is int and type(params.seed) is int and params.stop_token_ids == (2,)
+    with pytest.raises(ValueError, match=r"temperature must be .*, got Tensor tensor\(\[0.5000, 0.6000\]\)"):
+        SamplingParams(temperature=torch.tensor([0.5, 0.6]))
+    with pytest.raises(ValueError, match="top_k must be an int >= 0, got True"):
+        SamplingParams(top_k=torch.tensor(True))
+    with pytest.raises(ValueError, match="seed must be None or an int"):
+        SamplingParams(seed=np.float64(1.5))

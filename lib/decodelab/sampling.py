@@ -24,7 +24,7 @@ from decodelab.rejection import top_p_rejection
 from decodelab.topk import chunk_maxima
 from decodelab.truncation import (METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
                                   typical_filter)
-from decodelab.validation import check_int
+from decodelab.validation import as_scalar, check_int
 
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
 MAX_ABS_PENALTY = 2.0  # frequency / presence penalties, as OpenAI and vLLM allow
@@ -75,18 +75,24 @@ class SamplingParams:
             ("presence_penalty", lambda v: -MAX_ABS_PENALTY <= v <= MAX_ABS_PENALTY, "in [-2, 2]"),
         ]
         for name, ok, allowed in checks:
-            value = getattr(self, name)
-            if not _is_number(value) or math.isnan(value) or not ok(value):
+            value = as_scalar(getattr(self, name))  # torch / numpy scalars are numbers too
+            if not _is_number(value):
+                raise ValueError(f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
+            if math.isnan(value) or not ok(value):
                 raise ValueError(f"{name} must be {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
         for name, low in (("top_k", 0), ("no_repeat_ngram_size", 0), ("n", 1), ("max_tokens", 1)):
-            check_int(getattr(self, name), name, low)
-        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**63):
+            object.__setattr__(self, name, check_int(getattr(self, name), name, low))
+        seed = as_scalar(self.seed)
+        if seed is not None and not (_is_int(seed) and 0 <= seed < 2**63):
             raise ValueError(f"seed must be None or an int in [0, 2**63), got {self.seed!r}")
+        object.__setattr__(self, "seed", seed)
         stop = self.stop_token_ids
-        if not isinstance(stop, (tuple, list)) or not all(_is_int(t) and t >= 0 for t in stop):
-            raise ValueError(f"stop_token_ids must be a tuple of ints >= 0, got {stop!r}")
-        object.__setattr__(self, "stop_token_ids", tuple(stop))
+        if isinstance(stop, (tuple, list)):
+            stop = tuple(as_scalar(t) for t in stop)
+        if not isinstance(stop, tuple) or not all(_is_int(t) and t >= 0 for t in stop):
+            raise ValueError(f"stop_token_ids must be a tuple of ints >= 0, got {self.stop_token_ids!r}")
+        object.__setattr__(self, "stop_token_ids", stop)
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
 

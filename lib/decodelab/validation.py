@@ -6,8 +6,22 @@ Used by every module that takes counts and sizes (block_size, max_tokens, num_be
 from __future__ import annotations
 
 
+def as_scalar(value):
+    """A Python number for a 0-dimensional torch tensor or a numpy scalar (`torch.tensor(0.5)`, `np.int64(3)`);
+    any other value comes back unchanged, so the checks that follow name it as it was passed.
+
+    >>> import torch
+    >>> as_scalar(torch.tensor(0.5)), as_scalar(7)
+    (0.5, 7)
+    """
+    if type(value).__module__.split(".")[0] in ("torch", "numpy") and getattr(value, "shape", None) == ():
+        return value.item()
+    return value
+
+
 def check_int(value, name: str, low: int = 1) -> int:
-    """Return `value` if it is an int (not a bool) >= `low`; otherwise raise ValueError naming `name`.
+    """Return `value` as an int if it is one (not a bool; a 0-d torch tensor or numpy integer is accepted) and
+    >= `low`; otherwise raise ValueError naming `name`.
 
     >>> check_int(4, "block_size")
     4
@@ -15,6 +29,7 @@ def check_int(value, name: str, low: int = 1) -> int:
     Traceback (most recent call last):
     ValueError: block_size must be an int >= 1, got 0
     """
+    value = as_scalar(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     return value
