@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 import yaml
+from bs4 import BeautifulSoup
 
 from browser import launch_chromium, require_chromium, serve_directory, watch
 
@@ -58,6 +59,59 @@ def test_search_index_holds_chinese_words(built_book):
     # jieba cuts 解码参数怎么选 (a title fixed by the course outline) into words; without jieba there are none.
     assert {"解码", "参数"} <= chinese, f"Chinese words missing from the search index (is jieba installed?): {sorted(chinese)[:40]}"
     assert all(len(term) > 1 for term in chinese)
+
+
+def chapter_soups(built_book: Path) -> dict[str, BeautifulSoup]:
+    """The parsed HTML of each numbered chapter (every page of _toc.yml but the root), by docname."""
+    return {page: BeautifulSoup((built_book / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
+            for page in toc_pages()[1:]}
+
+
+def test_chapters_sections_equations_and_exercises_are_numbered(built_book):
+    problems = []
+    for number, (page, soup) in enumerate(chapter_soups(built_book).items(), start=1):
+        title = soup.select_one("main h1 .section-number")
+        if title is None or title.get_text(strip=True) != f"{number}.":
+            problems.append(f"{page}: title number {title and title.get_text(strip=True)!r}, expected '{number}.'")
+        sections = [h.get_text(strip=True) for h in soup.select("main h2 .section-number")]
+        if not sections or any(not text.startswith(f"{number}.") for text in sections):
+            problems.append(f"{page}: section numbers {sections[:4]}")
+        # each number is followed by its permalink (#)
+        equations = [eqno.find(string=True, recursive=False).strip() for eqno in soup.select("main .math .eqno")]
+        if equations != [f"({number}.{k})" for k in range(1, len(equations) + 1)]:
+            problems.append(f"{page}: equation numbers {equations}")
+        exercises = [c.get_text(strip=True) for c in soup.select("main .exercise .caption-number")]
+        if any(text != f"练习 {number}.{k}" for k, text in enumerate(exercises, start=1)):
+            problems.append(f"{page}: exercise numbers {exercises}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_solution_is_a_dropdown_with_nothing_after_it(built_book):
+    """An answer sits inside its solution dropdown: after a solution comes the next exercise or the section's end,
+    never a paragraph that a reader would see without opening the dropdown (chapter 07 had two)."""
+    problems = []
+    for page, soup in chapter_soups(built_book).items():
+        for solution in soup.select("main div.solution"):
+            if "dropdown" not in solution.get("class", []):
+                problems.append(f"{page}: solution {solution.get('id')} is not a dropdown")
+            after = solution.find_next_sibling()
+            if after is not None and "exercise" not in after.get("class", []):
+                problems.append(f"{page}: after solution {solution.get('id')} comes visible "
+                                f"<{after.name}>: {after.get_text(strip=True)[:60]!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_page_has_a_favicon_and_the_licence(built_book):
+    problems = []
+    for page in toc_pages():
+        soup = BeautifulSoup((built_book / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
+        icon = soup.select_one('link[rel="icon"]')
+        if icon is None or not (built_book / page).parent.joinpath(icon["href"]).resolve().is_file():
+            problems.append(f"{page}: no favicon ({icon})")
+        footer = soup.select_one("footer.bd-footer-content")
+        if footer is None or "MIT 许可" not in footer.get_text():
+            problems.append(f"{page}: the footer does not name the licence")
+    assert not problems, "\n".join(problems)
 
 
 def test_offline_assets_are_served(built_book):
