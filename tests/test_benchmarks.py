@@ -63,3 +63,38 @@ def test_benchmark_refuses_cuda_without_a_gpu(name, tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / name), "--device", "cuda", "--out", str(tmp_path / "x")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
+
+
+def test_roofline_benchmark_smoke(tmp_path):
+    out = tmp_path / "roofline.json"
+    table = run_benchmark("roofline.py", out, "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert result["quick"] and "share of bandwidth" in table
+    assert set(result["memory"]) == {"1", "2"} and set(result["matmul"]) == {"1", "2"}
+    assert all(m["read_bytes_per_s"] > 0 and m["copy_bytes_per_s"] > 0 for m in result["memory"].values())
+    assert [p["batch"] for p in result["decode"]] == [1, 4] and [p["new_tokens"] for p in result["prefill"]] == [16, 64]
+    # machine-independent: FLOPs and bytes are counted, not timed; prefill of 64 tokens does more work per byte
+    decode, prefill = result["decode"][0], result["prefill"][-1]
+    assert decode["intensity"] < 1 < prefill["intensity"]
+    assert len(result["load_average_before"]) == 3
+
+
+def test_roofline_refuses_cuda_without_a_gpu(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "roofline.py"), "--device", "cuda", "--out",
+                           str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
+
+
+def test_gpu_check_refuses_without_a_gpu(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    script = BENCHMARKS.parent / "scripts" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    done = subprocess.run(["bash", str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 2 and "no CUDA GPU" in done.stderr
+    assert not any((tmp_path / "out").iterdir()), "nothing runs without a GPU"
