@@ -114,6 +114,35 @@ def test_every_page_has_a_favicon_and_the_licence(built_book):
     assert not problems, "\n".join(problems)
 
 
+# A line break a browser would show as a space where Chinese typesetting has none (book/cjk_text.py removes them):
+# between two CJK characters, or next to full-width punctuation. \x00 stands for code and math.
+CJK_CHAR = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
+FULL_WIDTH_PUNCTUATION = "\u3000-\u303f\uff00-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
+STRAY_BREAK = re.compile(f"[{CJK_CHAR}]\\s*\\n\\s*[{CJK_CHAR}]|[{FULL_WIDTH_PUNCTUATION}]\\s*\\n|\\n\\s*[{FULL_WIDTH_PUNCTUATION}]")
+CLOSING_PUNCTUATION = "，。、；：？！）》」』”’"
+
+
+def test_chinese_prose_has_no_stray_gaps(built_book):
+    """No line break of the Markdown source shows as a space inside Chinese text, and no inline math can be
+    separated from the closing punctuation after it (which would then start a line)."""
+    problems = []
+    for page in toc_pages():
+        soup = BeautifulSoup((built_book / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
+        main = soup.select_one("main")
+        for math in main.select("p span.math"):
+            after = math.next_sibling
+            if (isinstance(after, str) and after[:1] in CLOSING_PUNCTUATION
+                    and "dl-nowrap" not in math.parent.get("class", [])):
+                problems.append(f"{page}: math {math.get_text()[:30]!r} may be split from the {after[:1]!r} after it")
+        for opaque in main.select("pre, code, script, .math, .cell_output"):
+            opaque.replace_with("\x00")
+        for block in main.select("p, dt, h1, h2, h3, caption"):
+            text = block.get_text()
+            problems += [f"{page}: a line break shows as a space in {text[max(0, m.start() - 10):m.end() + 10]!r}"
+                         for m in STRAY_BREAK.finditer(text)]
+    assert not problems, f"{len(problems)} stray gaps:\n" + "\n".join(problems[:20])
+
+
 def test_offline_assets_are_served(built_book):
     for name in ("mathjax/tex-mml-chtml.js", "requirejs/require.js", "widgets/embed-amd.js",
                  "widgets-require-config.js", "widgets-mathjax-shim.js", "anywidget/index.js",
