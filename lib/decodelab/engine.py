@@ -2,7 +2,9 @@
 
 Requests join between steps and leave the moment they finish; each step is a prefill or a decode of every
 running sequence (see `decodelab.scheduler`); blocks that run out trigger preemption by recompute; full
-prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write).
+prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write). `kv_layout="contiguous"` swaps the block pool for the
+baseline paging replaced (`decodelab.contiguous`): one slab of the same number of slots, each request reserving one
+run of prompt + max_tokens (or max_model_len) slots at admission, first fit; scheduler and model stay the same.
 Sampling is `decodelab.sampling.sample` with one `SamplingParams` per row, so greedy and random requests share
 a batch. A seeded request keeps one generator per sample (sample i of n draws from seed + i), so its tokens do
 not depend on what else is in the batch.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from decodelab.contiguous import FirstFitSlab, Reservation
 from decodelab.kv_cache import kv_bytes_per_token
 from decodelab.model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
@@ -30,6 +33,8 @@ from decodelab.truncation import take_rows
 from decodelab.validation import check_int
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
+KV_LAYOUTS = ("paged", "contiguous")
+RESERVATIONS = ("max_tokens", "max_model_len")
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,16 @@ class Engine:
 
     num_blocks defaults to what max_num_seqs sequences of full context need, capped at 1 GiB of K/V.
     attention: "torch" (the reference, any device) or "triton" (decode steps by the Triton kernel; CUDA).
+    kv_layout: "paged" (blocks of `block_size`) or "contiguous" (one slab of num_blocks × block_size slots, one run
+    per request, first fit; `reserve` sizes the run: "max_tokens" = prompt + max_tokens, "max_model_len" = the
+    model's context). The contiguous layout shares nothing: no prefix caching, n must be 1.
     Taught in: chapters/07-paged-attention.ipynb
     """
 
     def __init__(self, model, tokenizer=None, block_size: int = 16, num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
-                 enable_prefix_caching: bool = True, attention: str = "torch") -> None:
+                 enable_prefix_caching: bool = True, attention: str = "torch", kv_layout: str = "paged",
+                 reserve: str = "max_tokens") -> None:
         self.runner = PagedLlama(model, attention)
         self.tokenizer = tokenizer
         self.max_model_len = self.runner.max_model_len
@@ -93,9 +102,17 @@ class Engine:
             affordable = DEFAULT_KV_BYTES // (kv_bytes_per_token(model.config, self.runner.dtype) * block_size)
             num_blocks = max(1, min(-(-max_num_seqs * self.max_model_len // block_size), affordable))
         max_num_batched_tokens = max_num_batched_tokens or max(2048, self.max_model_len)
-        self.block_size = block_size
-        self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
-        self.kv_cache = self.runner.allocate_kv_cache(num_blocks, block_size)  # [L, 2, blocks, block_size, KVH, D]
+        if kv_layout not in KV_LAYOUTS or reserve not in RESERVATIONS:
+            raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
+                             f"got {kv_layout!r} and {reserve!r}")
+        self.kv_layout, self.reserve = kv_layout, reserve
+        if kv_layout == "paged":
+            self.block_size = block_size
+            self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
+        else:                                  # the same memory as num_blocks blocks, as one slab of 1-slot blocks
+            self.block_size = 1
+            self.pool = FirstFitSlab(num_blocks * block_size)
+        self.kv_cache = self.runner.allocate_kv_cache(self.pool.num_blocks, self.block_size)  # [L, 2, blocks, block_size, KVH, D]
         self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens)
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None) or model.config.eos_token_id
         self.eos_token_ids = set([eos] if isinstance(eos, int) else (eos or []))
@@ -129,11 +146,25 @@ class Engine:
             raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
         if params.n > self.scheduler.max_num_seqs:
             raise ValueError(f"params.n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
+        if self.kv_layout == "contiguous":
+            if params.n > 1:
+                raise ValueError(f"params.n for {name} is {params.n}; a contiguous reservation cannot share a prompt, "
+                                 f"use kv_layout='paged' for n > 1")
+            size = self._reservation_size(len(prompt_ids), params)
+            if size > self.pool.num_slots:
+                raise ValueError(f"{name} reserves {size} slots, more than the whole slab of {self.pool.num_slots}; "
+                                 f"lower max_tokens or give the engine more memory")
+            return
         slots = min(len(prompt_ids) + params.max_tokens - 1, self.max_model_len)
         blocks = -(-slots // self.block_size)
         if blocks > self.pool.num_blocks:
             raise ValueError(f"{name} needs up to {blocks} blocks ({slots} tokens), more than the whole pool of "
                              f"{self.pool.num_blocks}; lower max_tokens or give the engine more blocks")
+
+    def _reservation_size(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+        if self.reserve == "max_model_len":
+            return self.max_model_len
+        return min(num_prompt_tokens + params.max_tokens, self.max_model_len)
 
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue a request (a string or token ids) and return its id; it joins the batch at the next step."""
@@ -144,8 +175,10 @@ class Engine:
 
     def _add(self, prompt_ids: list[int], params: SamplingParams) -> int:
         request_id = next(self._request_ids)
+        table = (BlockTable(self.block_size) if self.kv_layout == "paged"
+                 else Reservation(self._reservation_size(len(prompt_ids), params)))
         seq = Sequence(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params,
-                       BlockTable(self.block_size), make_generator(params.seed, self.runner.device), params.n - 1)
+                       table, make_generator(params.seed, self.runner.device), params.n - 1)
         self._requests[request_id] = [seq]
         self.scheduler.add(seq)
         return request_id

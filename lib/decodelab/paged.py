@@ -194,6 +194,10 @@ class BlockTable:
         copy = free_in_last > 0 and num_new_tokens > 0 and pool.ref_count(self.block_ids[-1]) > 1
         return new_blocks + int(copy)
 
+    def can_append(self, pool: BlockPool, num_new_tokens: int) -> bool:
+        """Whether `append` of that many tokens would find enough free blocks (the scheduler's admission test)."""
+        return self.blocks_needed(pool, num_new_tokens) <= pool.num_free_blocks
+
     def match_prefix(self, pool: BlockPool, token_ids: Sequence[int]) -> int:
         """Share the cached blocks that hold a prefix of `token_ids`; return how many tokens they cover.
 

@@ -5,6 +5,10 @@ text after a preemption, fits in the free blocks and the token budget) or, when 
 step of every running sequence. When a decode step runs out of blocks, the newest running sequence is
 preempted: its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
 
+The scheduler asks each sequence's table whether its tokens fit (`can_append`), so the same policy runs over a
+paged `BlockPool` + `BlockTable` and over the contiguous baseline, `FirstFitSlab` + `Reservation`
+(`decodelab.contiguous`), where admission means finding one free run for the whole reservation.
+
 Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
@@ -103,7 +107,7 @@ class Scheduler:
             cached = seq.table.match_prefix(self.pool, seq.token_ids)
             new_tokens = seq.token_ids[cached:]
             too_many = scheduled and num_tokens + len(new_tokens) > self.max_num_batched_tokens
-            if too_many or seq.table.blocks_needed(self.pool, len(new_tokens)) > self.pool.num_free_blocks:
+            if too_many or not seq.table.can_append(self.pool, len(new_tokens)):
                 seq.table.release(self.pool)
                 break
             seq.new_slots, _ = seq.table.append(self.pool, new_tokens)
@@ -122,7 +126,7 @@ class Scheduler:
         copies: list[tuple[int, int]] = []
         while queue:
             seq = queue.popleft()
-            while seq.table.blocks_needed(self.pool, 1) > self.pool.num_free_blocks:
+            while not seq.table.can_append(self.pool, 1):
                 victim = queue.pop() if queue else seq      # the newest running sequence
                 self._preempt(victim)
                 preempted.append(victim)
