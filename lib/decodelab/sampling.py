@@ -188,11 +188,13 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
 
     top_p_alone = [i for i in random_rows if defer_top_p and rows[i].top_p < 1.0 and rows[i].top_k == 0
                    and rows[i].min_p == 0.0 and rows[i].typical_p == 1.0]
-    truncate = [i for i in random_rows if (rows[i].top_k > 0 or rows[i].top_p < 1.0) and i not in set(top_p_alone)]
+    deferred = set(top_p_alone)  # built once: a set per row made this quadratic in the batch size
+    truncate = [i for i in random_rows if (rows[i].top_k > 0 or rows[i].top_p < 1.0) and i not in deferred]
     untouched = [i for i in random_rows if rows[i].top_k == 0 and rows[i].top_p == 1.0]
     # the fast top-k route divides only each row's k candidates: dividing by a temperature keeps the order
     top_k_first = [i for i in truncate if method == "fast" and rows[i].top_k > 0]
-    truncate = [i for i in truncate if i not in set(top_k_first)]
+    first = set(top_k_first)
+    truncate = [i for i in truncate if i not in first]
     blocks: list[Block] = []
     if top_k_first:
         blocks += top_k_top_p(take_rows(x, top_k_first), top_k_first, [rows[i].top_k for i in top_k_first],
