@@ -383,3 +383,63 @@ def test_desktop_toggle_collapses_the_sidebar_and_one_search_field_shows(browser
     sidebar_link.wait_for(state="visible", timeout=PAGE_TIMEOUT_MS)
     context.close()
     assert not problems.summary(), problems.summary()
+
+
+def glossary_entries(built_book: Path) -> list[list[str]]:
+    """The names of each entry of the built glossary (the <dt>s before one <dd>), e.g. ["exposure bias", "曝光偏差"]."""
+    soup = BeautifulSoup((built_book / "chapters" / "09-glossary.html").read_text(encoding="utf-8"), "html.parser")
+    entries = []
+    for glossary in soup.select("dl.glossary"):
+        names = []
+        for child in glossary.find_all(["dt", "dd"], recursive=False):
+            if child.name == "dt":
+                names.append(child.get_text().replace("#", "").strip())
+            else:
+                entries.append(names)
+                names = []
+    return entries
+
+
+def test_chinese_glossary_names_find_the_pages_of_their_english_terms(built_book):
+    """Each Chinese name of a glossary entry is an index word listing every page that writes the entry's English
+    name: 曝光偏差 finds the chapters that say "exposure bias"."""
+    index = load_search_index(built_book)
+    texts = {page: BeautifulSoup((built_book / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
+             .select_one("article.bd-article").get_text().lower() for page in toc_pages()}
+    problems = []
+    entries = glossary_entries(built_book)
+    assert any("曝光偏差" in names for names in entries), entries[:5]
+    for names in entries:
+        english = [name for name in names if not HAN.search(name)]
+        for chinese in (name for name in names if re.fullmatch(r"[\u3400-\u9fff]{2,}", name)):
+            found = index["terms"].get(chinese, [])
+            found = {index["docnames"][n] for n in (found if isinstance(found, list) else [found])}
+            users = {page for page, text in texts.items()
+                     if any(re.search(rf"(?<![a-z0-9_]){re.escape(name.lower())}(?![a-z0-9_])", text) for name in english)}
+            if users - found:
+                problems.append(f"{chinese} ({', '.join(english)}): the index misses {sorted(users - found)}")
+    assert not problems, "\n".join(problems)
+
+
+SNIPPETS_DONE_JS = """() => { const items = document.querySelectorAll('#search-results ul.search li');
+  return items.length > 0 && [...items].every((li) => li.querySelector('p.context')); }"""
+
+
+@pytest.mark.browser
+def test_search_finds_english_terms_by_their_chinese_name_and_snippets_are_plain_text(browser_session):
+    browser, base_url = browser_session
+    context = browser.new_context()
+    problems = watch(context)
+    page = context.new_page()
+    found = search_result_pages(page, base_url, "曝光偏差")
+    assert "chapters/05-exposure-bias" in found, f"search for 曝光偏差 found {found}"
+
+    found = search_result_pages(page, base_url, "softmax")  # pages full of math
+    page.wait_for_function(SNIPPETS_DONE_JS, timeout=PAGE_TIMEOUT_MS)
+    snippets = page.eval_on_selector_all("#search-results ul.search li p.context", "ps => ps.map((p) => p.textContent)")
+    context.close()
+    assert len(snippets) == len(found) > 3
+    raw = [(snippet[:80], sorted({m.group(0) for m in RAW_LATEX.finditer(snippet)})) for snippet in snippets
+           if RAW_LATEX.search(snippet) or "\\" in snippet]
+    assert not raw, f"search snippets with TeX source: {raw}"
+    assert not problems.summary(), problems.summary()

@@ -1,6 +1,10 @@
-// Split a search query into the words of the search index (see book/zh_search.py).
-// Runs of Han characters are cut greedily into the longest index terms; characters that start no term are
-// dropped (the index keeps no one-character words). Everything else is split as Sphinx does by default.
+// The search page, in two parts (see book/zh_search.py).
+// 1. Split a search query into the words of the search index. Runs of Han characters are cut greedily into the
+//    longest index terms; characters that start no term are dropped (the index keeps no one-character words).
+//    Everything else is split as Sphinx does by default.
+// 2. Result snippets in plain text: Sphinx cuts them from the page's HTML, where math is still TeX source
+//    (MathJax draws it only on the page itself). Each math element becomes a readable approximation, T or
+//    p_i = exp(z_i) / Σ_j exp(z_j), and runs of white space become one space.
 (() => {
   const HAN_OR_OTHER = /\p{Script=Han}+|[^\p{Script=Han}]+/gu;
   const HAN = /^\p{Script=Han}/u;
@@ -38,4 +42,53 @@
 
   window.splitQuery = (query) =>
     (query.match(HAN_OR_OTHER) || []).flatMap((part) => (HAN.test(part) ? segmentHan(part) : sphinxSplit(part)));
+})();
+
+(() => {
+  const SYMBOLS = {
+    alpha: "α", beta: "β", gamma: "γ", delta: "δ", epsilon: "ε", varepsilon: "ε", theta: "θ", lambda: "λ",
+    mu: "μ", pi: "π", rho: "ρ", sigma: "σ", tau: "τ", phi: "φ", varphi: "φ", omega: "ω", Delta: "Δ", Sigma: "Σ",
+    Pi: "Π", Omega: "Ω", sum: "Σ", prod: "Π", infty: "∞", le: "≤", leq: "≤", ge: "≥", geq: "≥", neq: "≠", ne: "≠",
+    approx: "≈", cdot: "·", times: "×", to: "→", rightarrow: "→", leftarrow: "←", in: "∈", mid: "|", ldots: "…",
+    dots: "…", cdots: "⋯", propto: "∝", partial: "∂", nabla: "∇", sqrt: "√", pm: "±", lVert: "‖", rVert: "‖",
+    "|": "‖", "{": "{", "}": "}", "%": "%", "_": "_", "#": "#", "&": "&", "\\": ";",
+  };
+  const DROPPED = new Set(["left", "right", "big", "Big", "bigg", "Bigg", "displaystyle", "textstyle", "limits",
+                           "nolimits", "quad", "qquad", "label", "nonumber", "notag", ",", ";", ":", "!", " "]);
+
+  // TeX source -> a plain-text approximation for a one-line snippet
+  const texToText = (tex) => tex
+    .replace(/^\s*(\\\(|\\\[|\$\$?)|(\\\)|\\\]|\$\$?)\s*$/g, "")
+    .replace(/\\(begin|end)\{[^}]*\}/g, " ")
+    .replace(/\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}/g, "($1)/($2)")
+    .replace(/\\(?:mathrm|text|textrm|mathbf|mathit|mathcal|mathbb|operatorname|boldsymbol|texttt)\{([^{}]*)\}/g, "$1")
+    .replace(/([_^])\{([^{}]+)\}/g, (_, op, group) => (group.length > 1 ? `${op}(${group})` : op + group))
+    .replace(/\s*(?<!\\)&\s*/g, " ")  // alignment points
+    .replace(/(?<!\\)[{}]/g, "")  // groups; escaped braces \{ \} stay for the next line
+    .replace(/\\([A-Za-z]+|.)/g, (command, name, offset, source) => {
+      if (DROPPED.has(name)) return " ";
+      const text = SYMBOLS[name] ?? name;
+      // \log\sum_j: a word and what follows it must not run together
+      return /\w$/.test(text) && /^[\w\\]/.test(source.slice(offset + command.length)) ? `${text} ` : text;
+    })
+    .replace(/\s+/g, " ")
+    .trim();
+
+  const NOT_TEXT = ".bd-header-article, .bd-sidebar-secondary, .prev-next-footer, .bd-footer-article, .onlyprint";
+
+  const plainSnippets = () => {
+    if (typeof Search === "undefined" || !Search.htmlToText) return;
+    const sphinxHtmlToText = Search.htmlToText;
+    Search.htmlToText = (htmlString, anchor) => {
+      const page = new DOMParser().parseFromString(htmlString, "text/html");
+      page.querySelectorAll(".math").forEach((math) => {
+        math.replaceWith(page.createTextNode(` ${texToText(math.textContent)} `));
+      });
+      // the article header's buttons, the page's tables of contents (on screen and for print) are no text of the page
+      page.querySelectorAll(NOT_TEXT).forEach((element) => element.remove());
+      return sphinxHtmlToText(page.documentElement.outerHTML, anchor).replace(/\s+/g, " ");
+    };
+  };
+  // searchtools.js loads after this script and starts the search on DOMContentLoaded; this listener runs first.
+  document.addEventListener("DOMContentLoaded", plainSnippets);
 })();
