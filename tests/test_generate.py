@@ -135,3 +135,23 @@ def test_greedy_on_the_shipped_model_equals_transformers(tiny):
     assert ended > 0, "the shipped model should end some sentences with EOS"
     streamed = "".join(e.text for e in generate(model, tokenizer, TINY_PROMPTS[0], GREEDY, stream=True))
     assert streamed == generate(model, tokenizer, TINY_PROMPTS[0], GREEDY)[0].text
+
+
+def test_unknown_characters_and_context_are_errors_as_in_the_engine(tiny):
+    """Characters the vocabulary lacks are named, not read as <unk>; a prompt longer than the context is refused, and
+    generation stops ("length") when prompt + output fill the context, as Engine does."""
+    from decodelab.beam import beam_search
+
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match=r"prompts\[1\] has characters outside the tokenizer's vocabulary: \['x'\]"):
+        generate(model, tokenizer, ["小明", "小x明"], SamplingParams(temperature=0.0))
+    context = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"prompts\\[0\\] has {context + 1} tokens, longer than the model's context"):
+        generate(model, tokenizer, [[1] + [5] * context], SamplingParams(temperature=0.0))
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        beam_search(model, [1] + [5] * context, num_beams=2, max_tokens=4, eos_token_id=2)
+    prompt = tokenizer("小明")["input_ids"] + [tokenizer.convert_tokens_to_ids("好")] * (context - 10)
+    out = generate(model, tokenizer, [prompt], SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True))[0]
+    assert len(prompt) + len(out.token_ids) == context and out.finish_reason == "length"
+    beams = beam_search(model, prompt, num_beams=2, max_tokens=50, eos_token_id=None)
+    assert len(prompt) + len(beams.token_ids) <= context

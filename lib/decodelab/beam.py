@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from decodelab.generate import model_step
+from decodelab.generate import check_prompt_fits, model_context, model_step
 from decodelab.validation import check_int
 
 NEG = -1.0e9  # transformers' "impossible" score; kept identical so ties break the same way
@@ -78,7 +78,12 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
     device = next(model.parameters()).device
     prompt = _prompt_tensor(input_ids, device)
     prompt_len = prompt.shape[0]
+    context = model_context(model)
+    check_prompt_fits(prompt_len, context, "input_ids")
+    # as Engine and generate do, no sequence grows past the model's context
     max_length = prompt_len + max_tokens
+    if context is not None:  # a prompt that fills the context still gets one token, as in generate
+        max_length = min(max_length, max(context, prompt_len + 1))
     keep = max(2, 1 + len(eos)) * num_beams  # candidates kept per step
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
 

@@ -71,6 +71,29 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return {int(eos)} if isinstance(eos, int) else {int(t) for t in eos}
 
 
+def model_context(model) -> int | None:
+    """The model's context length (`max_position_embeddings`), or None when its config does not say."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return context if isinstance(context, int) and context > 0 else None
+
+
+def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
+    """A prompt longer than the model's context is refused, with the engine's wording."""
+    if context is not None and prompt_len > context:
+        raise ValueError(f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
+
+
+def _encode(tokenizer, prompt: str, name: str) -> list[int]:
+    """Token ids of `prompt`; characters the vocabulary lacks are an error, not a silent `<unk>`."""
+    ids = list(tokenizer(prompt)["input_ids"])
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and unk in ids and tokenizer.unk_token not in prompt:
+        unknown = sorted({ch for ch in prompt if tokenizer.convert_tokens_to_ids(ch) == unk})
+        raise ValueError(f"{name} has characters outside the tokenizer's vocabulary: {unknown!r}; they would be "
+                         f"read as {tokenizer.unk_token!r} (the toy language's alphabet is ToyLanguage().alphabet)")
+    return ids
+
+
 def _prompt_ids(tokenizer, prompts) -> list[list[int]]:
     if isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
         prompts = [prompts]
@@ -81,7 +104,7 @@ def _prompt_ids(tokenizer, prompts) -> list[list[int]]:
         if isinstance(prompt, str):
             if tokenizer is None:
                 raise ValueError(f"prompts[{i}] is text, which needs a tokenizer; got tokenizer=None")
-            ids.append(list(tokenizer(prompt)["input_ids"]))
+            ids.append(_encode(tokenizer, prompt, f"prompts[{i}]"))
         elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
                                                    for t in prompt):
             ids.append(list(prompt))
@@ -97,13 +120,16 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     """Generate for `prompts` (a string, a list of strings, or token-id lists) with one `SamplingParams` for all or
     one per prompt. Returns a `Completion` per prompt, or with `stream=True` an iterator of `StepEvent`s, one per
     still-running prompt per step (in prompt order). Each prompt stops at EOS (unless `ignore_eos`), at one of its
-    `stop_token_ids` ("stop"), or after `max_tokens` tokens ("length"). With temperature 0 the tokens equal
+    `stop_token_ids` ("stop"), or after `max_tokens` tokens or when prompt + output fill the model's context
+    ("length"; a longer prompt is an error), as `Engine` does. With temperature 0 the tokens equal
     `model.generate(do_sample=False)` token for token. Penalties and `no_repeat_ngram_size` see the prompt and the
     generated tokens, as transformers' processors do (its padding excluded).
 
     Taught in: chapters/04-autoregressive.ipynb
     """
     ids = _prompt_ids(tokenizer, prompts)
+    for i, prompt in enumerate(ids):
+        check_prompt_fits(len(prompt), model_context(model), f"prompts[{i}]")
     if isinstance(params, SamplingParams):
         params = [params] * len(ids)
     if isinstance(params, (str, bytes)) or not isinstance(params, Sequence) or len(params) != len(ids):
@@ -141,6 +167,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     # penalties and the n-gram ban see the prompt and the output; one growing tensor, -1 where a row is padded
     history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L + t]
                if any(p.has_penalties for p in params) else None)
+    context = model_context(model)  # as the engine does, a sequence stops ("length") when it fills the context
     generated: list[list[int]] = [[] for _ in ids]
     texts = [""] * batch
     running = [True] * batch
@@ -159,7 +186,8 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
             reason = None
             if (token in eos and not params[i].ignore_eos) or token in params[i].stop_token_ids:
                 reason = "stop"
-            elif len(generated[i]) >= params[i].max_tokens:
+            elif len(generated[i]) >= params[i].max_tokens or (
+                    context is not None and len(ids[i]) + len(generated[i]) >= context):
                 reason = "length"
             running[i] = reason is None
             delta = None
