@@ -249,3 +249,20 @@ def test_dense_probs_lays_a_mapping_out_over_the_vocabulary():
         probs.dense_probs({"猫": 1.0}, tokenizer)
     with pytest.raises(TypeError, match="token_probs must be a mapping"):
         probs.dense_probs([("好", 1.0)], tokenizer)
+
+
+def test_a_function_that_never_returns_becomes_a_hint():
+    """A check must not hang on a student's endless loop: it stops the call and says what to look at."""
+    import time
+
+    from decodelab.checks import CheckFailed, call_student
+
+    def endless(x):
+        while True:
+            time.sleep(0.01)
+
+    start = time.perf_counter()
+    with pytest.raises(CheckFailed, match="秒还没有返回：是不是有一个永远不会结束的循环"):
+        call_student(endless, torch.zeros(3), what="[0, 0, 0]", time_limit=0.5)
+    assert time.perf_counter() - start < 5
+    assert call_student(lambda x: x + 1, torch.zeros(2), what="[0, 0]").tolist() == [1.0, 1.0]

@@ -6,6 +6,9 @@ Taught in: exercises/*.ipynb
 """
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,13 +29,46 @@ def passed(message: str) -> None:
     print(f"通过 ✔ {message}")
 
 
-def call_student(fn: Callable[..., Any], *args: Any, what: str) -> Any:
-    """Call the student's function; a crash becomes a hint that names the input (`what`)."""
+TIME_LIMIT_S = 60.0  # a student's function that runs longer on a check's small probe is stuck in a loop
+
+
+class _TimeLimit(Exception):
+    """Raised inside the student's function when it runs past the check's time limit."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupt the block after `seconds` (SIGALRM: the main thread of a Unix process, as a notebook kernel runs
+    cells); elsewhere the block runs without a limit."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise _TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def call_student(fn: Callable[..., Any], *args: Any, what: str, time_limit: float = TIME_LIMIT_S) -> Any:
+    """Call the student's function; a crash becomes a hint that names the input (`what`), and so does a call that
+    does not return within `time_limit` seconds (a loop that never ends)."""
     if not callable(fn):
         raise TypeError(f"fn must be the function you wrote (callable), got {type(fn).__name__}")
     copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # the probes stay untouched
     try:
-        result = fn(*copies)
+        with _time_limit(time_limit):
+            result = fn(*copies)
+    except _TimeLimit:
+        fail(f"输入 {what} 时函数 {time_limit:g} 秒还没有返回：是不是有一个永远不会结束的循环"
+             "（例如 while 的条件从不变为假，或循环变量没有更新）？")
     except NotImplementedError:
         fail("函数还没有实现：把 `raise NotImplementedError` 换成你的代码。")
     except RuntimeError as error:
