@@ -149,3 +149,17 @@ def test_stepper_checks_its_input(tiny, lang):
         AutoregressiveStepper(model, tok, lang, top_p=0.0)
     with pytest.raises(ValueError, match="top_n must be an int >= 1, got 0"):
         step_view(model, tok, lang, "小明", SamplingParams(), None, top_n=0)
+
+
+def test_constructor_values_outside_a_slider_are_errors(tiny):
+    """A widget built with a value outside its slider's range says so instead of running at the clamped value."""
+    from decodelab.widgets.playground import PlaygroundSettings, StrategyPlayground
+    from decodelab.widgets.stepper import AutoregressiveStepper
+
+    model, tok = tiny
+    lang = ToyLanguage()
+    with pytest.raises(ValueError, match=r"temperature must be in \[0.0, 3.0\] \(the slider's range\), got 5"):
+        AutoregressiveStepper(model, tok, lang, temperature=5)
+    with pytest.raises(ValueError, match=r"num_samples must be in \[1, 32\] \(the slider's range\), got 40"):
+        StrategyPlayground(model, tok, lang, PlaygroundSettings(num_samples=40))
+    assert AutoregressiveStepper(model, tok, lang, temperature=3.0, initial_steps=0) is not None

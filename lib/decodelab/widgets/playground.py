@@ -20,6 +20,7 @@ from decodelab.generate import generate
 from decodelab.sampling import SamplingParams
 from decodelab.toylang import ToyLanguage
 from decodelab.validation import check_int
+from decodelab.widgets.sliders import slider
 
 STRATEGIES = ("greedy", "beam search", "sampling")
 
@@ -143,19 +144,19 @@ class StrategyPlayground(widgets.VBox):
                                    layout=width, style=style),
             "strategy": widgets.Dropdown(options=STRATEGIES, value=settings.strategy, description="策略",
                                          layout=width, style=style),
-            "temperature": widgets.FloatSlider(value=settings.temperature, min=0.1, max=3.0, step=0.05,
+            "temperature": slider(widgets.FloatSlider, "temperature", settings.temperature, 0.1, 3.0, step=0.05,
                                                description="temperature", continuous_update=False, layout=width, style=style),
-            "top_k": widgets.IntSlider(value=settings.top_k, min=0, max=50, description="top-k (0=关)",
+            "top_k": slider(widgets.IntSlider, "top_k", settings.top_k, 0, 50, description="top-k (0=关)",
                                        continuous_update=False, layout=width, style=style),
-            "top_p": widgets.FloatSlider(value=settings.top_p, min=0.05, max=1.0, step=0.05, description="top-p",
+            "top_p": slider(widgets.FloatSlider, "top_p", settings.top_p, 0.05, 1.0, step=0.05, description="top-p",
                                          continuous_update=False, layout=width, style=style),
-            "min_p": widgets.FloatSlider(value=settings.min_p, min=0.0, max=0.5, step=0.01, description="min-p",
+            "min_p": slider(widgets.FloatSlider, "min_p", settings.min_p, 0.0, 0.5, step=0.01, description="min-p",
                                          continuous_update=False, layout=width, style=style),
-            "typical_p": widgets.FloatSlider(value=settings.typical_p, min=0.05, max=1.0, step=0.05,
+            "typical_p": slider(widgets.FloatSlider, "typical_p", settings.typical_p, 0.05, 1.0, step=0.05,
                                              description="typical-p", continuous_update=False, layout=width, style=style),
-            "num_beams": widgets.IntSlider(value=settings.num_beams, min=1, max=16, description="beam 数",
+            "num_beams": slider(widgets.IntSlider, "num_beams", settings.num_beams, 1, 16, description="beam 数",
                                            continuous_update=False, layout=width, style=style),
-            "num_samples": widgets.IntSlider(value=settings.num_samples, min=1, max=32, description="样本数",
+            "num_samples": slider(widgets.IntSlider, "num_samples", settings.num_samples, 1, 32, description="样本数",
                                              continuous_update=False, layout=width, style=style),
             "seed": widgets.IntText(value=settings.seed, description="seed", layout=width, style=style),
         }

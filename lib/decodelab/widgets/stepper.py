@@ -20,6 +20,7 @@ from decodelab.probs import dense_probs
 from decodelab.sampling import SamplingParams, make_generator, process_logits, sample
 from decodelab.toylang import ToyLanguage
 from decodelab.validation import check_int
+from decodelab.widgets.sliders import slider
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,10 @@ class AutoregressiveStepper(widgets.VBox):
         self.lecture, self.max_steps = bool(lecture), max_steps
         style, width = {"description_width": "100px"}, {"width": "380px" if lecture else "300px"}
         self._prompt = widgets.Text(value=prompt, description="提示", layout=width, style=style)
-        self._temperature = widgets.FloatSlider(value=temperature, min=0.0, max=3.0, step=0.05,
+        self._temperature = slider(widgets.FloatSlider, "temperature", temperature, 0.0, 3.0, step=0.05,
                                                 description="T (0=greedy)", layout=width, style=style)
-        self._top_k = widgets.IntSlider(value=top_k, min=0, max=50, description="top-k", layout=width, style=style)
-        self._top_p = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p",
+        self._top_k = slider(widgets.IntSlider, "top_k", top_k, 0, 50, description="top-k", layout=width, style=style)
+        self._top_p = slider(widgets.FloatSlider, "top_p", top_p, 0.05, 1.0, step=0.05, description="top-p",
                                           layout=width, style=style)
         self._seed = widgets.IntText(value=seed, description="seed", layout=width, style=style)
         self._next = widgets.Button(description="下一个 token")

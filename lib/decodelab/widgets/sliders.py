@@ -1,0 +1,22 @@
+"""Sliders that refuse a constructor value outside their range instead of clamping it silently.
+
+ipywidgets moves a value outside [min, max] to the nearest end, so `StepperWidget(temperature=5)` used to run at 3
+without a word. Every widget builds its sliders through `slider`, which raises instead.
+
+Taught in: chapters/03-strategies.ipynb, chapters/04-autoregressive.ipynb (the widgets that use it)
+"""
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+
+def slider(kind: type, name: str, value: float, low: float, high: float, **options) -> widgets.Widget:
+    """`kind(value=value, min=low, max=high, **options)` after checking that `value` lies in [low, high].
+
+    >>> slider(widgets.IntSlider, "top_k", 60, 0, 50)
+    Traceback (most recent call last):
+    ValueError: top_k must be in [0, 50] (the slider's range), got 60
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}] (the slider's range), got {value!r}")
+    return kind(value=value, min=low, max=high, **options)
