@@ -18,3 +18,21 @@ def test_every_taught_in_reference_exists():
                 if not list(ROOT.glob(page)):
                     missing.append(f"{source.relative_to(ROOT)}:{line_number}: {page}")
     assert not missing, "docstrings name pages that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_taught_in_page_mentions_its_module():
+    """A "Taught in" tag is true only if the page it names mentions the module (by dotted or short name)."""
+    silent = []
+    for source in sorted((ROOT / "lib" / "decodelab").rglob("*.py")):
+        module = ".".join(source.relative_to(ROOT / "lib").with_suffix("").parts).removesuffix(".__init__")
+        short = module.rsplit(".", 1)[-1]
+        for line in source.read_text(encoding="utf-8").splitlines():
+            match = TAUGHT_IN.search(line)
+            if not match:
+                continue
+            for page in PAGE.findall(match.group(1)):
+                for path in ROOT.glob(page):
+                    text = path.read_text(encoding="utf-8")
+                    if module not in text and short not in text:
+                        silent.append(f"{module}: {path.relative_to(ROOT)}")
+    assert not silent, "pages that never mention the module they are said to teach:\n" + "\n".join(sorted(set(silent)))

@@ -27,7 +27,8 @@ no sort, no top-k, one pass over the row, and cumulative sums short enough that 
 Ties: a token tied with the boundary value is kept with its whole tied group when below() of the group exceeds
 1 - top_p; transformers keeps the members of the group its sort happens to put last. Real logits rarely tie.
 
-Taught in: chapters/03-strategies.ipynb
+Not taught in a chapter: performance code behind `sample(method="fast")`, tested against the sort-based reference
+and measured in benchmarks/sampling.py.
 """
 from __future__ import annotations
 
@@ -85,7 +86,6 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
 
         >>> tokens, pending = top_p_rejection(torch.randn(4, 1000) * 3, [0.9] * 4, [None] * 4)
 
-    Taught in: chapters/03-strategies.ipynb
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
         raise ValueError(f"logits must be a floating-point tensor [n, V], got {logits!r:.80}")

@@ -5,7 +5,7 @@ Each word class becomes a weighted trie; literal text in a template becomes a on
 the grammar gives it. Word ends are followed into the next element at compile time, so every edge emits a character.
 The automaton is acyclic: a sentence visits each position at most once.
 
-Taught in: chapters/01-logits-to-probs.ipynb (the truth behind every figure)
+Taught in: chapters/00-intro.md (the truth behind every figure)
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Pure data. A template is literal text with `{CLASS}` slots; each slot is filled 
 templates are listed in rank order and weighted by a Zipf law, so some slots are flat (every place equally likely) and
 others peaked. `decodelab.toylang_automaton` compiles this grammar into a character automaton.
 
-Taught in: chapters/00-intro.md (what the language is), chapters/01-logits-to-probs.ipynb
+Taught in: chapters/00-intro.md (what the language is)
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The browser re-normalises stored logits (as Transformer Explainer does), so the 
 JupyterLab and in the static HTML book with no kernel. `explorer_state` is the computation; the ESM in
 `explorer.js` mirrors it line for line, and the tests compare both with `decodelab.sampling`.
 
-Taught in: chapters/01-logits-to-probs.ipynb, chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
+Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ipywidgets moves a value outside [min, max] to the nearest end, so `StepperWidget(temperature=5)` used to run at 3
 without a word. Every widget builds its sliders through `slider`, which raises instead.
 
-Taught in: chapters/03-strategies.ipynb, chapters/04-autoregressive.ipynb (the widgets that use it)
+Used by the widgets of chapters/03-strategies.ipynb and chapters/04-autoregressive.ipynb.
 """
 from __future__ import annotations
 
