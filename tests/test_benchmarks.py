@@ -98,3 +98,17 @@ def test_gpu_check_refuses_without_a_gpu(tmp_path):
                           env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr
     assert not any((tmp_path / "out").iterdir()), "nothing runs without a GPU"
+
+
+def test_speculative_benchmark_smoke(tmp_path):
+    out = tmp_path / "speculative.json"
+    table = run_benchmark("speculative.py", out)
+    result = json.loads(out.read_text())
+    assert result["quick"] and result["threads"] == 1 and "speed-up" in table
+    assert {(row["draft"], row["gamma"]) for row in result["rows"]} == {
+        (draft, gamma) for draft in ("tiny-zh-doc-small", "n-gram (max n 3)") for gamma in (1, 4)}
+    for row in result["rows"]:  # machine-independent: counts of tokens and forwards
+        assert 1.0 <= row["tokens_per_target_forward"] <= row["gamma"] + 1
+        assert 0.0 <= row["acceptance_rate"] <= 1.0 and row["spec_ms_per_token"] > 0
+    model_rows = [row for row in result["rows"] if row["draft"] == "tiny-zh-doc-small"]
+    assert model_rows[1]["tokens_per_target_forward"] > model_rows[0]["tokens_per_target_forward"]
