@@ -29,10 +29,8 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
-	@# JupyterLab: no news popup for students.
-	@mkdir -p $(VENV)/share/jupyter/lab/settings
-	@printf '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}\n' \
-		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	@# JupyterLab: no news popup for students (binder/postBuild runs the same script).
+	@bash scripts/jupyterlab_settings.sh $(VENV)
 	@touch $@
 
 venv: $(STAMP)
@@ -88,6 +86,7 @@ bench: venv
 	$(BIN)/python benchmarks/sampling.py
 	$(BIN)/python benchmarks/serving.py
 	$(BIN)/python benchmarks/attention.py
+	$(BIN)/python benchmarks/roofline.py
 
 clean:
 	rm -rf _build .pytest_cache .jupyter_cache
