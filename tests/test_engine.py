@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from decodelab.engine import Completion, Engine
-from decodelab.sampling import SamplingParams
+from decodelab.sampling import SamplingParams, sample_seed
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # these models are tiny (tests/conftest.py)
 
@@ -96,10 +96,11 @@ def test_n_samples_share_prompt_blocks(random_llama, prompts):
         engine.step()
     [done] = engine.completed.values()
     assert len(done.samples) == 3 and done.token_ids == done.samples[0].token_ids
-    # sample i of a seeded request is the single request seeded with seed + i
+    # sample i of a seeded request is the single request seeded with sample_seed(seed, i); the samples differ
     for i, sample in enumerate(done.samples):
-        single = SamplingParams(temperature=1.0, seed=5 + i, max_tokens=6, ignore_eos=True)
+        single = SamplingParams(temperature=1.0, seed=sample_seed(5, i), max_tokens=6, ignore_eos=True)
         assert Engine(random_llama, block_size=4).generate([prompt], single)[0].token_ids == sample.token_ids
+    assert len({tuple(s.token_ids) for s in done.samples}) == 3
     check_all_free(engine)
 
 
@@ -190,3 +191,15 @@ def test_greedy_equals_transformers_on_cuda(random_llama, prompts):
     alone = engine.generate([prompts[2]], seeded)[0].token_ids
     assert engine.generate(prompts[:3], [GREEDY, GREEDY, seeded])[2].token_ids == alone
     check_all_free(engine)
+
+
+def test_neighbouring_seeds_do_not_share_streams(random_llama):
+    """Request seed=0 with n=2 must not reproduce, as its sample 1, what request seed=1 draws as its sample 0."""
+    prompt = [1, 7, 9, 11]
+    engine = Engine(random_llama, block_size=4)
+    pair = engine.generate([prompt], SamplingParams(temperature=1.0, seed=0, n=2, max_tokens=8, ignore_eos=True))[0]
+    other = engine.generate([prompt], SamplingParams(temperature=1.0, seed=1, max_tokens=8, ignore_eos=True))[0]
+    assert pair.samples[1].token_ids != other.token_ids
+    assert sample_seed(0, 1) != sample_seed(1, 0) and sample_seed(9, 0) == 9 and sample_seed(None, 2) is None
+    with pytest.raises(ValueError, match="index must be an int >= 0"):
+        sample_seed(3, -1)

@@ -2,12 +2,12 @@
 
 Requests join between steps and leave the moment they finish; each step is a prefill or a decode of every
 running sequence (see `decodelab.scheduler`); blocks that run out trigger preemption by recompute; full
-prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write). `kv_layout="contiguous"` swaps the block pool for the
-baseline paging replaced (`decodelab.contiguous`): one slab of the same number of slots, each request reserving one
+prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write).
+`kv_layout="contiguous"` swaps the block pool for the baseline paging replaced (`decodelab.contiguous`): one slab of the same number of slots, each request reserving one
 run of prompt + max_tokens (or max_model_len) slots at admission, first fit; scheduler and model stay the same.
 Sampling is `decodelab.sampling.sample` with one `SamplingParams` per row, so greedy and random requests share
-a batch. A seeded request keeps one generator per sample (sample i of n draws from seed + i), so its tokens do
-not depend on what else is in the batch.
+a batch. A seeded request keeps one generator per sample (sample i of n draws from `sample_seed(seed, i)`), so its
+tokens do not depend on what else is in the batch.
 
     engine = Engine(hf_model, tokenizer)
     [c] = engine.generate(["从前"], SamplingParams(temperature=0, max_tokens=20))
@@ -27,7 +27,7 @@ from decodelab.contiguous import FirstFitSlab, Reservation
 from decodelab.kv_cache import kv_bytes_per_token
 from decodelab.model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
-from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.sampling import SamplingParams, make_generator, sample, sample_seed
 from decodelab.scheduler import Scheduler, Sequence, Status
 from decodelab.truncation import take_rows
 from decodelab.validation import check_int
@@ -230,7 +230,7 @@ class Engine:
             rows.append(row)
             seqs.append(seq)
             for i in range(1, seq.num_forks + 1):
-                seed = None if seq.params.seed is None else seq.params.seed + i
+                seed = sample_seed(seq.params.seed, i)
                 child = Sequence(next(self._seq_ids), seq.request_id, i, list(seq.token_ids), seq.num_prompt_tokens,
                                  seq.params, seq.table, make_generator(seed, self.runner.device))
                 self.scheduler.fork(seq, child)

@@ -107,6 +107,28 @@ class SamplingParams:
                 or self.no_repeat_ngram_size > 0)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def sample_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample `index` of a request seeded with `seed` (n > 1, or one row per sample).
+
+    Sample 0 keeps `seed`, so a request with n = 1 draws what `generate` draws with the same seed; later samples get a
+    SplitMix64 mix of (seed, index), so neighbouring seeds never share a stream (with `seed + index`, seed 0's sample 1
+    was seed 1's sample 0).
+
+    >>> sample_seed(7, 0), sample_seed(0, 1) == sample_seed(1, 0), sample_seed(None, 3)
+    (7, False, None)
+    """
+    check_int(index, "index", low=0)
+    if seed is None or index == 0:
+        return seed
+    x = (seed + index * 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
+
+
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
     """A generator seeded with `seed` on `device`, or None for an unseeded request.
 

@@ -34,7 +34,7 @@ class Sequence:
     """One stream of tokens: a request's prompt plus one sample's output."""
     seq_id: int
     request_id: int
-    sample_index: int                         # i of n; a seeded request's sample i uses seed + i
+    sample_index: int                         # i of n; a seeded request's sample i uses sample_seed(seed, i)
     token_ids: list[int]                      # prompt + generated so far
     num_prompt_tokens: int
     params: SamplingParams

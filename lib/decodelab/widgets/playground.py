@@ -17,7 +17,7 @@ import ipywidgets as widgets
 from decodelab import metrics
 from decodelab.beam import beam_search
 from decodelab.generate import generate
-from decodelab.sampling import SamplingParams
+from decodelab.sampling import SamplingParams, sample_seed
 from decodelab.toylang import ToyLanguage
 from decodelab.validation import check_int
 from decodelab.widgets.sliders import slider
@@ -88,7 +88,7 @@ def run_playground(model, tokenizer, lang: ToyLanguage, settings: PlaygroundSett
         ended = [bool(result.token_ids) and result.token_ids[-1] == tokenizer.eos_token_id]
     else:
         count = 1 if settings.strategy == "greedy" else settings.num_samples
-        params = [settings.sampling_params(seed=settings.seed + i) for i in range(count)]
+        params = [settings.sampling_params(seed=sample_seed(settings.seed, i)) for i in range(count)]
         completions = generate(model, tokenizer, [prompt_ids] * count, params)
         texts = [c.text for c in completions]
         ended = [c.finish_reason == "stop" for c in completions]
