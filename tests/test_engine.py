@@ -203,3 +203,33 @@ def test_neighbouring_seeds_do_not_share_streams(random_llama):
     assert sample_seed(0, 1) != sample_seed(1, 0) and sample_seed(9, 0) == 9 and sample_seed(None, 2) is None
     with pytest.raises(ValueError, match="index must be an int >= 0"):
         sample_seed(3, -1)
+
+
+def test_abort_frees_blocks_and_ctrl_c_leaves_the_engine_clean(random_llama, monkeypatch):
+    engine = Engine(random_llama, block_size=4)
+    params = SamplingParams(temperature=1.0, seed=2, n=3, max_tokens=20, ignore_eos=True)
+    running = engine.add_request([1, 7, 9, 11, 13], params)
+    waiting = engine.add_request([1, 5, 6], SamplingParams(max_tokens=20, ignore_eos=True))
+    engine.step()
+    engine.step()
+    engine.abort(running)
+    engine.abort(waiting)
+    assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.completed
+    with pytest.raises(KeyError, match="is not in flight"):
+        engine.abort(running)
+
+    real_step, calls = engine.step, []
+
+    def interrupted_step():
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", interrupted_step)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([[1, 7, 9], [1, 8]], SamplingParams(max_tokens=30, ignore_eos=True))
+    monkeypatch.undo()
+    assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.completed
+    [again] = engine.generate([[1, 7, 9]], SamplingParams(temperature=0.0, max_tokens=5))
+    assert len(again.token_ids) == 5

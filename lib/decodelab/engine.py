@@ -186,6 +186,16 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def abort(self, request_id: int) -> None:
+        """Stop a request that has not finished (all its samples) and free its blocks at once.
+
+        Raises KeyError for an id that is unknown or already finished (finished ones are in `completed`)."""
+        if request_id not in self._requests:
+            raise KeyError(f"request {request_id!r} is not in flight (unknown, aborted or finished; "
+                           f"finished requests are in engine.completed)")
+        for seq in self._requests.pop(request_id):
+            self.scheduler.abort(seq)
+
     # -- one step ------------------------------------------------------------------------------------------
     def step(self) -> StepOutput:
         """Schedule, run the model once, sample one token for every scheduled sequence, retire finished ones."""
@@ -291,8 +301,15 @@ class Engine:
         for i, (ids, p) in enumerate(zip(prompt_ids, params)):
             self._check_request(ids, p, f"prompts[{i}]")
         request_ids = [self._add(ids, p) for ids, p in zip(prompt_ids, params)]
-        while any(r not in self.completed for r in request_ids):
-            self.step()
+        try:
+            while any(r not in self.completed for r in request_ids):
+                self.step()
+        except BaseException:  # Ctrl-C or an error mid-run: leave no request of this call running into the next
+            for r in request_ids:
+                if r in self._requests:
+                    self.abort(r)
+                self.completed.pop(r, None)
+            raise
         return [self.completed.pop(r) for r in request_ids]
 
     @property

@@ -152,6 +152,16 @@ class Scheduler:
         child.status = Status.RUNNING
         self.running.append(child)
 
+    def abort(self, seq: Sequence) -> None:
+        """Drop `seq` wherever it is (waiting or running) and free its blocks; it ends with reason "abort"."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        seq.table.release(self.pool)
+        seq.status = Status.FINISHED
+        seq.finish_reason = "abort"
+
     def finish(self, seq: Sequence, reason: str) -> None:
         """Free a finished sequence's blocks at once, so the next step can use them."""
         seq.status = Status.FINISHED
