@@ -233,3 +233,24 @@ def test_abort_frees_blocks_and_ctrl_c_leaves_the_engine_clean(random_llama, mon
     assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.completed
     [again] = engine.generate([[1, 7, 9]], SamplingParams(temperature=0.0, max_tokens=5))
     assert len(again.token_ids) == 5
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"max_num_batched_tokens": 0}, ValueError, "max_num_batched_tokens must be an int >= 1, got 0"),
+    ({"max_num_batched_tokens": 8}, ValueError, "max_num_batched_tokens must be at least the model's context"),
+    ({"enable_prefix_caching": "no"}, TypeError, "enable_prefix_caching must be True or False, got 'no'"),
+    ({"num_blocks": 10**12}, ValueError, r"num_blocks=1000000000000 needs .* GiB of K/V, more than this device"),
+    ({"num_blocks": 0}, ValueError, "num_blocks must be an int >= 1, got 0"),
+    ({"block_size": 10**6}, ValueError, "block_size must be at most the model's context"),
+    ({"max_num_seqs": True}, ValueError, "max_num_seqs must be an int >= 1, got True"),
+])
+def test_every_engine_argument_is_checked(random_llama, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Engine(random_llama, **kwargs)
+
+
+def test_stop_ids_outside_the_vocabulary_are_refused(random_llama):
+    engine = Engine(random_llama, block_size=4)
+    with pytest.raises(ValueError, match=r"stop_token_ids for prompt must be < the vocabulary size"):
+        engine.add_request([1, 2, 3], SamplingParams(stop_token_ids=(10**6,)))
+    assert not engine.has_unfinished()

@@ -78,6 +78,18 @@ class StepOutput:
     num_waiting: int
 
 
+def _kv_memory_limit(device: torch.device) -> int | None:
+    """Bytes the K/V cache may take on `device`: free GPU memory, or the machine's available RAM (Linux)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 class Engine:
     """Serve many requests at once from a transformers Llama/Qwen2 causal LM over a paged KV cache.
 
@@ -96,12 +108,27 @@ class Engine:
         self.runner = PagedLlama(model, attention)
         self.tokenizer = tokenizer
         self.max_model_len = self.runner.max_model_len
-        check_int(block_size, "block_size")
-        check_int(max_num_seqs, "max_num_seqs")
+        block_size = check_int(block_size, "block_size")
+        if block_size > self.max_model_len:
+            raise ValueError(f"block_size must be at most the model's context ({self.max_model_len}), got {block_size}")
+        max_num_seqs = check_int(max_num_seqs, "max_num_seqs")
+        if not isinstance(enable_prefix_caching, bool):
+            raise TypeError(f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}")
+        bytes_per_block = kv_bytes_per_token(model.config, self.runner.dtype) * block_size
         if num_blocks is None:
-            affordable = DEFAULT_KV_BYTES // (kv_bytes_per_token(model.config, self.runner.dtype) * block_size)
+            affordable = DEFAULT_KV_BYTES // bytes_per_block
             num_blocks = max(1, min(-(-max_num_seqs * self.max_model_len // block_size), affordable))
-        max_num_batched_tokens = max_num_batched_tokens or max(2048, self.max_model_len)
+        num_blocks = check_int(num_blocks, "num_blocks")
+        limit = _kv_memory_limit(self.runner.device)
+        if limit is not None and num_blocks * bytes_per_block > limit:
+            raise ValueError(f"num_blocks={num_blocks} needs {num_blocks * bytes_per_block / 2**30:.1f} GiB of K/V, "
+                             f"more than this device can hold ({limit / 2**30:.1f} GiB free); pass fewer blocks")
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = max(2048, self.max_model_len)
+        max_num_batched_tokens = check_int(max_num_batched_tokens, "max_num_batched_tokens")
+        if max_num_batched_tokens < self.max_model_len:  # no chunked prefill: the longest prompt is one step
+            raise ValueError(f"max_num_batched_tokens must be at least the model's context ({self.max_model_len}), "
+                             f"got {max_num_batched_tokens}")
         if kv_layout not in KV_LAYOUTS or reserve not in RESERVATIONS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
                              f"got {kv_layout!r} and {reserve!r}")
@@ -144,6 +171,10 @@ class Engine:
     def _check_request(self, prompt_ids: list[int], params, name: str) -> None:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
+        bad_stops = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
+        if bad_stops:
+            raise ValueError(f"stop_token_ids for {name} must be < the vocabulary size {self.runner.vocab_size}, "
+                             f"got {bad_stops}")
         if params.n > self.scheduler.max_num_seqs:
             raise ValueError(f"params.n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
         if self.kv_layout == "contiguous":
