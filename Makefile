@@ -87,6 +87,7 @@ bench: venv
 	$(BIN)/python benchmarks/serving.py
 	$(BIN)/python benchmarks/attention.py
 	$(BIN)/python benchmarks/roofline.py
+	$(BIN)/python benchmarks/speculative.py
 
 clean:
 	rm -rf _build .pytest_cache .jupyter_cache
