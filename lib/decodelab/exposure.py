@@ -73,7 +73,7 @@ def judge(lang: DocumentLanguage, text: str) -> list[Step]:
             break
         ch = text[t]
         # the forward pass itself (prefix_is_viable re-checks the whole prefix's characters, quadratic in length)
-        error = not broken and (ch not in lang._alphabet_set or not lang._forward(kept + partial + ch)[0])
+        error = not broken and (not lang.in_alphabet(ch) or not lang.prefix_is_viable(kept + partial + ch))
         steps.append(Step(status, kept + partial, not broken and partial == "", error))
         if error:
             broken = errored = True

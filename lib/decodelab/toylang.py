@@ -52,7 +52,12 @@ class ToyLanguage:
         self._forward_cache: dict[str, tuple[dict[int, float], float]] = {"": ({0: 1.0}, 0.0)}
 
     # ---- input checks ------------------------------------------------------------------------------------
-    def _check_text(self, text: str, name: str) -> None:
+    def in_alphabet(self, text: str) -> bool:
+        """True when every character of `text` is in the alphabet (the language may still not produce it)."""
+        return isinstance(text, str) and all(ch in self._alphabet_set for ch in text)
+
+    def check_text(self, text: str, name: str) -> None:
+        """Raise TypeError / ValueError naming `name` unless `text` is a str over the alphabet."""
         if not isinstance(text, str):
             raise TypeError(f"{name} must be a str, got {type(text).__name__}")
         for ch in text:
@@ -86,7 +91,7 @@ class ToyLanguage:
 
         Raises ValueError if the prefix has an unknown character or cannot start any sentence of the language.
         """
-        self._check_text(prefix, "prefix")
+        self.check_text(prefix, "prefix")
         state, _ = self._forward(prefix)
         if not state:
             raise ValueError(f"prefix {prefix!r} cannot start any sentence of the toy language "
@@ -103,12 +108,12 @@ class ToyLanguage:
 
     def prefix_is_viable(self, prefix: str) -> bool:
         """True when some sentence of the language starts with `prefix`."""
-        self._check_text(prefix, "prefix")
+        self.check_text(prefix, "prefix")
         return bool(self._forward(prefix)[0])
 
     def log_prob(self, text: str) -> float:
         """Natural log of P(text), the end of text included; -inf for texts the language cannot produce."""
-        self._check_text(text, "text")
+        self.check_text(text, "text")
         state, logp = self._forward(text)
         p_end = sum(w * self._char_probs[pos].get(self.EOS, 0.0) for pos, w in state.items())
         return logp + math.log(p_end) if p_end > 0 else -math.inf

@@ -68,7 +68,12 @@ class DocumentLanguage:
         self._moments_cache: tuple[float, float] | None = None
 
     # ---- input checks ------------------------------------------------------------------------------------
-    def _check_text(self, text: str, name: str) -> None:
+    def in_alphabet(self, text: str) -> bool:
+        """True when every character of `text` is in the alphabet (the language may still not produce it)."""
+        return isinstance(text, str) and all(ch in self._alphabet_set for ch in text)
+
+    def check_text(self, text: str, name: str) -> None:
+        """Raise TypeError / ValueError naming `name` unless `text` is a str over the alphabet."""
         if not isinstance(text, str):
             raise TypeError(f"{name} must be a str, got {type(text).__name__}")
         for ch in text:
@@ -123,7 +128,7 @@ class DocumentLanguage:
 
         Raises ValueError if the prefix has an unknown character or cannot start any document of the language.
         """
-        self._check_text(prefix, "prefix")
+        self.check_text(prefix, "prefix")
         state, _ = self._forward(prefix)
         if not state:
             raise ValueError(f"prefix {prefix!r} cannot start any document of the toy language "
@@ -143,12 +148,12 @@ class DocumentLanguage:
 
     def prefix_is_viable(self, prefix: str) -> bool:
         """True when some document of the language starts with `prefix`."""
-        self._check_text(prefix, "prefix")
+        self.check_text(prefix, "prefix")
         return bool(self._forward(prefix)[0])
 
     def log_prob(self, text: str) -> float:
         """Natural log of P(text), the end of the document included; -inf for texts the language cannot produce."""
-        self._check_text(text, "text")
+        self.check_text(text, "text")
         state, logp = self._forward(text)
         p_end = sum(w * (1.0 - self._continue_prob(s, len(text))) for s, w in state.items())
         return logp + math.log(p_end) if p_end > 0 else -math.inf
@@ -159,7 +164,7 @@ class DocumentLanguage:
 
     def protagonist(self, text: str) -> str | None:
         """The protagonist a document (or a prefix of one) names in its first sentence; None before it is known."""
-        self._check_text(text, "text")
+        self.check_text(text, "text")
         who = {s[0] for s in self._forward(text)[0]}
         return self.protagonists[who.pop()] if len(who) == 1 else None
 
@@ -169,7 +174,7 @@ class DocumentLanguage:
         >>> DocumentLanguage().split_sentences("这是小明在北京的一天。小明喜欢吃米")
         ['这是小明在北京的一天。', '小明喜欢吃米']
         """
-        self._check_text(text, "text")
+        self.check_text(text, "text")
         if not self.prefix_is_viable(text):
             raise ValueError(f"text {text[:40]!r}... is not a prefix of any document; check with prefix_is_viable")
         sentences, start = [], 0

@@ -39,7 +39,7 @@ def _check_texts(texts: Sequence[str], lang: ToyLanguage) -> None:
     if isinstance(texts, str) or not texts:
         raise ValueError(f"texts must be a non-empty list of strings, got {texts!r}")
     for text in texts:
-        lang._check_text(text, "each text")
+        lang.check_text(text, "each text")
 
 
 @torch.inference_mode()
@@ -151,7 +151,7 @@ def inject_and_continue(lang: ToyLanguage, texts: Sequence[str], positions: Sequ
 
 
 def _known(lang: ToyLanguage, text: str) -> bool:
-    return all(ch in lang._alphabet_set for ch in text)
+    return lang.in_alphabet(text)
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def sample_with_verifier(model, tokenizer, lang: ToyLanguage, horizon: int | Non
                 ended = True
                 break
             piece = tokenizer.convert_ids_to_tokens(token)
-            chunk += piece if piece in lang._alphabet_set else "\ufffd"
+            chunk += piece if piece and lang.in_alphabet(piece) else "\ufffd"
             if len(text + chunk) >= max_chars:
                 break
         candidate = text + chunk
