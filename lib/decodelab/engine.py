@@ -3,8 +3,9 @@
 Requests join between steps and leave the moment they finish; each step is a prefill or a decode of every
 running sequence (see `decodelab.scheduler`); blocks that run out trigger preemption by recompute; full
 prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write).
-`kv_layout="contiguous"` swaps the block pool for the baseline paging replaced (`decodelab.contiguous`): one slab of the same number of slots, each request reserving one
-run of prompt + max_tokens (or max_model_len) slots at admission, first fit; scheduler and model stay the same.
+`kv_layout="contiguous"` swaps the block pool for the baseline paging replaced (`decodelab.contiguous`): one slab
+of the same number of slots, each request reserving one run of prompt + max_tokens (or max_model_len) slots at
+admission, first fit; scheduler and model stay the same.
 Sampling is `decodelab.sampling.sample` with one `SamplingParams` per row, so greedy and random requests share
 a batch. A seeded request keeps one generator per sample (sample i of n draws from `sample_seed(seed, i)`), so its
 tokens do not depend on what else is in the batch.
@@ -18,7 +19,7 @@ Taught in: chapters/07-paged-attention.ipynb
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence as SequenceABC
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +29,7 @@ from decodelab.kv_cache import kv_bytes_per_token
 from decodelab.model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
 from decodelab.sampling import SamplingParams, make_generator, sample, sample_seed
-from decodelab.scheduler import Scheduler, Sequence, Status
+from decodelab.scheduler import Scheduler, SequenceState, Status
 from decodelab.truncation import take_rows
 from decodelab.validation import check_int
 
@@ -144,7 +145,7 @@ class Engine:
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None) or model.config.eos_token_id
         self.eos_token_ids = set([eos] if isinstance(eos, int) else (eos or []))
         self.completed: dict[int, Completion] = {}   # every finished request by id (generate() takes its own out)
-        self._requests: dict[int, list[Sequence]] = {}
+        self._requests: dict[int, list[SequenceState]] = {}
         self._request_ids = itertools.count()
         self._seq_ids = itertools.count()
         self._steps = self._prefill_tokens = self._decode_tokens = 0
@@ -158,7 +159,7 @@ class Engine:
             prompt = self.tokenizer(prompt).input_ids
         if isinstance(prompt, torch.Tensor):
             prompt = prompt.tolist()
-        if not isinstance(prompt, SequenceABC) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if not isinstance(prompt, Sequence) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             raise TypeError(f"{name} must be a string or a list of token ids, got {prompt!r}")
         if not prompt:
             raise ValueError(f"{name} must hold at least one token, got an empty prompt")
@@ -208,7 +209,7 @@ class Engine:
         request_id = next(self._request_ids)
         table = (BlockTable(self.block_size) if self.kv_layout == "paged"
                  else Reservation(self._reservation_size(len(prompt_ids), params)))
-        seq = Sequence(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params,
+        seq = SequenceState(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params,
                        table, make_generator(params.seed, self.runner.device), params.n - 1)
         self._requests[request_id] = [seq]
         self.scheduler.add(seq)
@@ -264,7 +265,7 @@ class Engine:
         return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)}, tuple(s.seq_id for s in plan.preempted),
                           tuple(finished), tables, live, allocated, num_running, len(self.scheduler.waiting))
 
-    def _fork_samples(self, scheduled: list[Sequence]) -> tuple[list[int], list[Sequence]]:
+    def _fork_samples(self, scheduled: list[SequenceState]) -> tuple[list[int], list[SequenceState]]:
         """After a prompt's prefill, start its n - 1 siblings on the same blocks; they sample from the same row."""
         rows, seqs = [], []
         for row, seq in enumerate(scheduled):
@@ -272,8 +273,9 @@ class Engine:
             seqs.append(seq)
             for i in range(1, seq.num_forks + 1):
                 seed = sample_seed(seq.params.seed, i)
-                child = Sequence(next(self._seq_ids), seq.request_id, i, list(seq.token_ids), seq.num_prompt_tokens,
-                                 seq.params, seq.table, make_generator(seed, self.runner.device))
+                child = SequenceState(next(self._seq_ids), seq.request_id, i, list(seq.token_ids),
+                                      seq.num_prompt_tokens, seq.params, seq.table,
+                                      make_generator(seed, self.runner.device))
                 self.scheduler.fork(seq, child)
                 self._requests[seq.request_id].append(child)
                 rows.append(row)
@@ -281,7 +283,7 @@ class Engine:
             seq.num_forks = 0
         return rows, seqs
 
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+    def _sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
         params = [s.params for s in seqs]
         penalised = any(p.has_penalties for p in params)
         outputs = [s.output_token_ids for s in seqs] if penalised else None
@@ -289,7 +291,7 @@ class Engine:
         histories = [s.token_ids for s in seqs] if any(p.no_repeat_ngram_size > 0 for p in params) else None
         return sample(logits, params, [s.generator for s in seqs], outputs, ngram_tokens=histories).tolist()
 
-    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+    def _finish_reason(self, seq: SequenceState, token: int) -> str | None:
         if token in seq.params.stop_token_ids or (token in self.eos_token_ids and not seq.params.ignore_eos):
             return "stop"
         if len(seq.output_token_ids) >= seq.params.max_tokens or len(seq.token_ids) >= self.max_model_len:
@@ -314,20 +316,20 @@ class Engine:
         return None if self.tokenizer is None else self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     # -- whole runs ----------------------------------------------------------------------------------------
-    def generate(self, prompts, params: SamplingParams | SequenceABC[SamplingParams] | None = None) -> list[Completion]:
+    def generate(self, prompts, params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:
         """Complete every prompt (strings need a tokenizer) and return one Completion per prompt, in order.
 
         All prompts are checked before any is queued: bad input raises ValueError/TypeError and leaves the
         engine (and requests already in flight, which keep running) untouched.
         """
-        if isinstance(prompts, str) or not isinstance(prompts, SequenceABC) or not prompts:
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
             raise ValueError(f"prompts must be a non-empty list of strings or token-id lists, got {prompts!r}")
         params = SamplingParams() if params is None else params
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
-        elif not isinstance(params, SequenceABC) or len(params) != len(prompts):
+        elif not isinstance(params, Sequence) or len(params) != len(prompts):
             raise ValueError(f"params must be one SamplingParams or one per prompt ({len(prompts)}), got "
-                             f"{len(params) if isinstance(params, SequenceABC) else type(params).__name__}")
+                             f"{len(params) if isinstance(params, Sequence) else type(params).__name__}")
         prompt_ids = [self._prompt_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
         for i, (ids, p) in enumerate(zip(prompt_ids, params)):
             self._check_request(ids, p, f"prompts[{i}]")

@@ -30,7 +30,7 @@ class Status(Enum):
 
 
 @dataclass(eq=False)
-class Sequence:
+class SequenceState:
     """One stream of tokens: a request's prompt plus one sample's output."""
     seq_id: int
     request_id: int
@@ -60,9 +60,9 @@ class Sequence:
 class Schedule:
     """The plan of one step: prefill or decode, the sequences in it, KV block copies, who was preempted."""
     kind: str                                  # "prefill" | "decode" | "idle"
-    seqs: list[Sequence]
+    seqs: list[SequenceState]
     copies: list[tuple[int, int]]              # (src, dst) blocks to copy before the step (copy-on-write)
-    preempted: list[Sequence]
+    preempted: list[SequenceState]
 
 
 class Scheduler:
@@ -78,12 +78,12 @@ class Scheduler:
         self.pool = pool
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []      # oldest first
+        self.waiting: deque[SequenceState] = deque()
+        self.running: list[SequenceState] = []      # oldest first
         self.num_preemptions = 0
         self.num_cached_tokens = 0
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: SequenceState) -> None:
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
@@ -97,8 +97,8 @@ class Scheduler:
             return Schedule("idle", [], [], [])
         return self._schedule_decode()
 
-    def _schedule_prefill(self) -> list[Sequence]:
-        scheduled: list[Sequence] = []
+    def _schedule_prefill(self) -> list[SequenceState]:
+        scheduled: list[SequenceState] = []
         num_tokens = 0
         while self.waiting:
             seq = self.waiting[0]
@@ -121,8 +121,8 @@ class Scheduler:
 
     def _schedule_decode(self) -> Schedule:
         queue = deque(self.running)
-        scheduled: list[Sequence] = []
-        preempted: list[Sequence] = []
+        scheduled: list[SequenceState] = []
+        preempted: list[SequenceState] = []
         copies: list[tuple[int, int]] = []
         while queue:
             seq = queue.popleft()
@@ -140,19 +140,19 @@ class Scheduler:
         self.running = scheduled
         return Schedule("decode", scheduled, copies, preempted)
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _preempt(self, seq: SequenceState) -> None:
         seq.table.release(self.pool)
         seq.status = Status.WAITING
         self.waiting.appendleft(seq)           # the newest is preempted first, so older ones end up in front
         self.num_preemptions += 1
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
+    def fork(self, parent: SequenceState, child: SequenceState) -> None:
         """Start `child` running on `parent`'s blocks (shared, copied on write)."""
         child.table = parent.table.fork(self.pool)
         child.status = Status.RUNNING
         self.running.append(child)
 
-    def abort(self, seq: Sequence) -> None:
+    def abort(self, seq: SequenceState) -> None:
         """Drop `seq` wherever it is (waiting or running) and free its blocks; it ends with reason "abort"."""
         if seq in self.running:
             self.running.remove(seq)
@@ -162,7 +162,7 @@ class Scheduler:
         seq.status = Status.FINISHED
         seq.finish_reason = "abort"
 
-    def finish(self, seq: Sequence, reason: str) -> None:
+    def finish(self, seq: SequenceState, reason: str) -> None:
         """Free a finished sequence's blocks at once, so the next step can use them."""
         seq.status = Status.FINISHED
         seq.finish_reason = reason
