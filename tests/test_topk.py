@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from decodelab.topk import CHUNK, chunk_maxima, topk
+from decodelab.topk import MAXIMA_CHUNK, chunk_maxima, topk
 
 
 @pytest.mark.parametrize("rows, vocab, k", [(64, 32768, 50), (3, 152064, 40), (1, 4096, 1), (5, 8192, 32),
@@ -18,11 +18,11 @@ def test_equals_torch_topk(rows, vocab, k):
 
 def test_best_values_crowded_into_one_chunk():
     # all of the k best tokens sit in two adjacent chunks: the other chosen chunks hold nothing that is kept
-    x = torch.randn(2, 64 * CHUNK, generator=torch.Generator().manual_seed(1))
-    x[:, 5 * CHUNK: 7 * CHUNK] += 100.0
+    x = torch.randn(2, 64 * MAXIMA_CHUNK, generator=torch.Generator().manual_seed(1))
+    x[:, 5 * MAXIMA_CHUNK: 7 * MAXIMA_CHUNK] += 100.0
     values, ids = topk(x, 16, chunk_maxima(x))
     assert torch.equal(values, torch.topk(x, 16).values)
-    assert bool(((ids >= 5 * CHUNK) & (ids < 7 * CHUNK)).all())
+    assert bool(((ids >= 5 * MAXIMA_CHUNK) & (ids < 7 * MAXIMA_CHUNK)).all())
 
 
 def test_temperature_keeps_the_chunks():

@@ -21,7 +21,7 @@ Cost: the first draw is accepted with probability top_p and every rejection remo
 top_p = 0.9 about 90% of rows finish in one round whatever the size of their nucleus: flat logits (a nucleus of half
 the vocabulary) cost what peaked ones cost. A round is a few passes over the pending rows and one host
 synchronisation (which rows are still pending), never one per row. A draw is an inverse transform in two levels
-(pick a chunk of `CHUNK` columns by the chunks' masses, then a column inside it) with two float64 uniforms per row:
+(pick a chunk of `DRAW_CHUNK` columns by the chunks' masses, then a column inside it) with two float64 uniforms per row:
 no sort, no top-k, one pass over the row, and cumulative sums short enough that rounding never starves a small token.
 
 Ties: a token tied with the boundary value is kept with its whole tied group when below() of the group exceeds
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from decodelab.validation import check_int
 
 MAX_ROUNDS = 32  # as FlashInfer; rows still pending after this many rounds go back to the caller
-CHUNK = 256  # columns per chunk of the two-level inverse transform
+DRAW_CHUNK = 256  # columns per chunk of the two-level inverse transform
 
 
 def _uniforms(generators: Sequence[torch.Generator | None], device: torch.device) -> torch.Tensor:
@@ -67,10 +67,11 @@ def _invert(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
 
 
 def _draw(chunks: torch.Tensor, chunk_mass: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One column per row of `chunks` `[m, C, CHUNK]` (weights), given their sums `chunk_mass` `[m, C]`, `[m, 1]`."""
+    """One column per row of `chunks` `[m, C, DRAW_CHUNK]` (weights), given their sums `chunk_mass` `[m, C]` and
+    `uniforms` `[m, 2]`."""
     chunk = _invert(chunk_mass, uniforms[:, :1])  # [m, 1]
-    inside = chunks.gather(1, chunk.unsqueeze(2).expand(-1, 1, CHUNK)).squeeze(1)  # [m, CHUNK]
-    return chunk * CHUNK + _invert(inside, uniforms[:, 1:])
+    inside = chunks.gather(1, chunk.unsqueeze(2).expand(-1, 1, DRAW_CHUNK)).squeeze(1)  # [m, DRAW_CHUNK]
+    return chunk * DRAW_CHUNK + _invert(inside, uniforms[:, 1:])
 
 
 def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Sequence[torch.Generator | None],
@@ -107,13 +108,13 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
         raise ValueError("logits rows must each hold a finite maximum (no NaN, no +inf, not all -inf)")
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     shifted = logits.to(dtype) - row_max  # [n, V]; the most likely token gets weight exp(0) = 1 exactly
-    if vocab_size % CHUNK:
-        shifted = F.pad(shifted, (0, -vocab_size % CHUNK), value=float("-inf"))  # weight 0: never drawn
+    if vocab_size % DRAW_CHUNK:
+        shifted = F.pad(shifted, (0, -vocab_size % DRAW_CHUNK), value=float("-inf"))  # weight 0: never drawn
     if temperature is not None and any(t != 1.0 for t in temperature):
         # in place: on a CPU every fresh [n, V] buffer costs page faults as well as a pass
         shifted.div_(torch.tensor(temperature, dtype=shifted.dtype, device=device).unsqueeze(1))
     weights = shifted.exp_()  # [n, V'] probabilities times the row's normaliser
-    chunk_mass = weights.view(n, -1, CHUNK).sum(dim=-1)  # [n, C]
+    chunk_mass = weights.view(n, -1, DRAW_CHUNK).sum(dim=-1)  # [n, C]
     normaliser = chunk_mass.sum(dim=-1, keepdim=True)  # [n, 1]
     # 1 - p in double precision, then cast, as the sort path and transformers compare with the float 1 - top_p
     one_minus_p = torch.tensor([1.0 - v for v in top_p], dtype=weights.dtype, device=device).unsqueeze(1)  # [n, 1]
@@ -128,8 +129,8 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
         else:
             w, row_pivot, row_threshold = (t.index_select(0, index) for t in (weights, pivot, threshold))
         candidates = weights if round_ == 0 else w * (w > row_pivot)  # [m, V']; at first the pivot is 0
-        mass = chunk_mass if candidates is weights else candidates.view(len(pending), -1, CHUNK).sum(dim=-1)
-        choice = _draw(candidates.view(len(pending), -1, CHUNK), mass,
+        mass = chunk_mass if candidates is weights else candidates.view(len(pending), -1, DRAW_CHUNK).sum(dim=-1)
+        choice = _draw(candidates.view(len(pending), -1, DRAW_CHUNK), mass,
                        _uniforms([generators[i] for i in pending], device))  # [m, 1]
         chosen_weight = w.gather(1, choice)  # [m, 1]
         # the mass of the tokens no more likely than the choice; a comparison writing a 0/1 float mask, then an

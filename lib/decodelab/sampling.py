@@ -22,7 +22,7 @@ import torch
 from decodelab.penalties import apply_penalties
 from decodelab.rejection import top_p_rejection
 from decodelab.topk import chunk_maxima
-from decodelab.truncation import (METHODS, NEG_INF, Block, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
+from decodelab.truncation import (METHODS, NEG_INF, RowGroup, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
                                   typical_filter)
 from decodelab.validation import as_scalar, check_int
 
@@ -217,7 +217,7 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     top_k_first = [i for i in truncate if method == "fast" and rows[i].top_k > 0]
     first = set(top_k_first)
     truncate = [i for i in truncate if i not in first]
-    blocks: list[Block] = []
+    blocks: list[RowGroup] = []
     if top_k_first:
         blocks += top_k_top_p(take_rows(x, top_k_first), top_k_first, [rows[i].top_k for i in top_k_first],
                               [rows[i].top_p for i in top_k_first], method,
@@ -228,13 +228,13 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
                               [rows[i].top_p for i in truncate], method, None,
                               None if chunk_max is None else take_rows(chunk_max, truncate))
     if untouched:
-        blocks.append(Block(untouched, tempered(untouched), None, [x.shape[1]] * len(untouched)))
+        blocks.append(RowGroup(untouched, tempered(untouched), None, [x.shape[1]] * len(untouched)))
     for block in blocks:
         _min_p_and_typical(block, rows)
     return x, rows, greedy, blocks, top_p_alone, temperature
 
 
-def _min_p_and_typical(block: Block, rows: list[SamplingParams]) -> None:
+def _min_p_and_typical(block: RowGroup, rows: list[SamplingParams]) -> None:
     min_p = [rows[i].min_p for i in block.rows]
     if any(v > 0 for v in min_p):
         block.logits = min_p_filter(block.logits, min_p)
@@ -322,7 +322,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
             late = [top_p_alone[j] for j in pending]
             late_x = take_rows(x, late) if temperature is None else take_rows(x, late) / take_rows(temperature, late)
             nucleus = top_k_top_p_sort(late_x, [0] * len(late), [rows[i].top_p for i in late])
-            blocks.append(Block(late, nucleus, None, [x.shape[1]] * len(late)))
+            blocks.append(RowGroup(late, nucleus, None, [x.shape[1]] * len(late)))
     for block in blocks:
         probs = torch.softmax(block.logits, dim=-1)  # [n, K]
         noise = _exponential_noise(probs, [generators[i] for i in block.rows], block.widths)

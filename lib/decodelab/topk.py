@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import torch
 
-CHUNK = 64
+MAXIMA_CHUNK = 64
 
 
 def chunk_maxima(x: torch.Tensor) -> torch.Tensor | None:
-    """The maximum of each chunk of `CHUNK` columns, `[n, V]` -> `[n, V / CHUNK]`; None when V is not a multiple."""
+    """The maximum of each chunk of `MAXIMA_CHUNK` columns, `[n, V]` -> `[n, V / MAXIMA_CHUNK]`; None when V is not
+    a multiple of it."""
     n, vocab_size = x.shape
-    if vocab_size % CHUNK:
+    if vocab_size % MAXIMA_CHUNK:
         return None
-    return x.reshape(n, vocab_size // CHUNK, CHUNK).amax(dim=2)
+    return x.reshape(n, vocab_size // MAXIMA_CHUNK, MAXIMA_CHUNK).amax(dim=2)
 
 
 def topk(x: torch.Tensor, k: int, chunk_max: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,13 +35,13 @@ def topk(x: torch.Tensor, k: int, chunk_max: torch.Tensor | None = None) -> tupl
         values, ids = topk(logits, 50, chunk_maxima(logits))   # same as torch.topk(logits, 50) without ties
     """
     n, vocab_size = x.shape
-    if chunk_max is None or 4 * k * CHUNK > vocab_size:
+    if chunk_max is None or 4 * k * MAXIMA_CHUNK > vocab_size:
         return torch.topk(x, k, dim=-1)
-    if chunk_max.shape != (n, vocab_size // CHUNK):
-        raise ValueError(f"chunk_max must have shape [{n}, {vocab_size // CHUNK}], got {tuple(chunk_max.shape)}")
-    chunks = x.reshape(n, vocab_size // CHUNK, CHUNK)                                # [n, C, CHUNK]
+    if chunk_max.shape != (n, vocab_size // MAXIMA_CHUNK):
+        raise ValueError(f"chunk_max must have shape [{n}, {vocab_size // MAXIMA_CHUNK}], got {tuple(chunk_max.shape)}")
+    chunks = x.reshape(n, vocab_size // MAXIMA_CHUNK, MAXIMA_CHUNK)  # [n, C, MAXIMA_CHUNK]
     best = torch.topk(chunk_max, k, dim=-1).indices                                  # [n, k]
-    candidates = chunks.gather(1, best.unsqueeze(2).expand(-1, -1, CHUNK)).reshape(n, k * CHUNK)
+    candidates = chunks.gather(1, best.unsqueeze(2).expand(-1, -1, MAXIMA_CHUNK)).reshape(n, k * MAXIMA_CHUNK)
     values, position = torch.topk(candidates, k, dim=-1)                             # [n, k]
-    chunk_of = best.gather(1, torch.div(position, CHUNK, rounding_mode="floor"))
-    return values, chunk_of * CHUNK + position % CHUNK
+    chunk_of = best.gather(1, torch.div(position, MAXIMA_CHUNK, rounding_mode="floor"))
+    return values, chunk_of * MAXIMA_CHUNK + position % MAXIMA_CHUNK

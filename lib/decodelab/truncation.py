@@ -14,8 +14,8 @@ Two exact paths for top-k/top-p, chosen by `method`:
 nucleus, so rows with top-p alone (no top-k, min-p or typical) skip truncation there and are drawn by rejection
 (`decodelab.rejection`).
 
-Results come back as `Block`s, groups of rows sharing one layout: dense (column j is token j) or candidate columns with
-their token ids, so that the sampler draws its noise over a few hundred candidates instead of the whole vocabulary.
+Results come back as `RowGroup`s (groups of rows sharing one layout; not KV blocks): dense (column j is token j) or
+candidate columns with their token ids, so that the sampler draws its noise over a few hundred candidates instead of the whole vocabulary.
 
 Ties: on the boundary value the sort path keeps every tied token, as transformers does; the fast path keeps exactly k
 candidates for top-k (top-p keeps ties in both). Real logits rarely tie; the tests use logits without ties.
@@ -37,7 +37,7 @@ METHODS = ("fast", "sort")
 
 
 @dataclass
-class Block:
+class RowGroup:
     """Rows of a batch that share one layout of columns."""
 
     rows: list[int]  # batch rows held by this block, in order
@@ -61,7 +61,7 @@ def take_rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
 
 
 def top_k_top_p(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float], method: str,
-                temperature: torch.Tensor | None = None, chunk_max: torch.Tensor | None = None) -> list[Block]:
+                temperature: torch.Tensor | None = None, chunk_max: torch.Tensor | None = None) -> list[RowGroup]:
     """Apply top-k then top-p to `x` (`[n, V]`, the logits of batch rows `rows`); 0 / 1.0 switch a filter off.
 
     `temperature` (`[n, 1]`, rows with top-k only) divides `x` first; the fast path divides only each row's k
@@ -72,7 +72,7 @@ def top_k_top_p(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[
         raise ValueError(f"temperature is for rows that all set top_k, got top_k={top_k}")
     if method == "sort":
         x = x if temperature is None else x / temperature
-        return [Block(rows, top_k_top_p_sort(x, top_k, top_p), None, [x.shape[1]] * len(rows))]
+        return [RowGroup(rows, top_k_top_p_sort(x, top_k, top_p), None, [x.shape[1]] * len(rows))]
     return _top_k_top_p_fast(x, rows, top_k, top_p, temperature, chunk_max)
 
 
@@ -107,7 +107,7 @@ def _candidate_width(k: int, bound: float, vocab_size: int) -> int | None:
 
 
 def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p: list[float],
-                      temperature: torch.Tensor | None, chunk_max: torch.Tensor | None) -> list[Block]:
+                      temperature: torch.Tensor | None, chunk_max: torch.Tensor | None) -> list[RowGroup]:
     n, vocab_size = x.shape
     p_only = [k == 0 and p < 1.0 for k, p in zip(top_k, top_p)]
     bounds = [0.0] * n
@@ -143,13 +143,13 @@ def _top_k_top_p_fast(x: torch.Tensor, rows: list[int], top_k: list[int], top_p:
     if to_sort:
         to_sort.sort()
         dense = top_k_top_p_sort(take_rows(x, to_sort), [top_k[i] for i in to_sort], [top_p[i] for i in to_sort])
-        blocks.append(Block([rows[i] for i in to_sort], dense, None, [vocab_size] * len(to_sort)))
+        blocks.append(RowGroup([rows[i] for i in to_sort], dense, None, [vocab_size] * len(to_sort)))
     return blocks
 
 
 def _candidate_block(x: torch.Tensor, rows: list[int], group: list[int], widths: list[int], top_k: list[int],
                      top_p: list[float], log_norm: torch.Tensor | None, temperature: torch.Tensor | None = None,
-                     chunk_max: torch.Tensor | None = None) -> tuple[Block | None, list[int]]:
+                     chunk_max: torch.Tensor | None = None) -> tuple[RowGroup | None, list[int]]:
     """Top-k/top-p on the `widths` best candidates of rows `group`; returns the covered rows' block and the rest."""
     width = torch.tensor(widths, device=x.device)  # [m]
     vals, ids = topk(take_rows(x, group), max(widths),
@@ -168,7 +168,7 @@ def _candidate_block(x: torch.Tensor, rows: list[int], group: list[int], widths:
         if len(keep) < len(group):
             index = torch.tensor(keep, device=x.device)
             vals, ids = vals.index_select(0, index), ids.index_select(0, index)
-        block = Block([rows[group[j]] for j in keep], vals, ids, [widths[j] for j in keep])
+        block = RowGroup([rows[group[j]] for j in keep], vals, ids, [widths[j] for j in keep])
     return block, [group[j] for j in range(len(group)) if not covered[j]]
 
 
