@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from decodelab.model import PagedLlama, StepBatch
+from decodelab.paged_model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # these models are tiny (tests/conftest.py)

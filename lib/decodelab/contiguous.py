@@ -119,7 +119,7 @@ class Reservation:
     """One sequence's contiguous run of `size` slots in a `FirstFitSlab`, taken at its first `append`.
 
     The table interface of `decodelab.paged.BlockTable`, with one-slot blocks: `block_ids` lists the slots the
-    sequence has written, so `decodelab.model.PagedLlama` reads them like any block table.
+    sequence has written, so `decodelab.paged_model.PagedLlama` reads them like any block table.
 
     Example:
         slab = FirstFitSlab(64)

@@ -26,7 +26,7 @@ import torch
 
 from decodelab.contiguous import FirstFitSlab, Reservation
 from decodelab.kv_cache import kv_bytes_per_token
-from decodelab.model import PagedLlama, StepBatch
+from decodelab.paged_model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
 from decodelab.sampling import SamplingParams, make_generator, sample, sample_seed
 from decodelab.scheduler import Scheduler, SequenceState, Status

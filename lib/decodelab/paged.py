@@ -1,7 +1,7 @@
 """The paged KV cache's bookkeeping: a pool of fixed-size blocks and one block table per sequence.
 
 The K/V numbers themselves live in one tensor `[num_layers, 2, num_blocks, block_size, kv_heads, head_dim]`
-(see `decodelab.model`); this module decides which block and slot each token's K/V goes to:
+(see `decodelab.paged_model`); this module decides which block and slot each token's K/V goes to:
 slot = block_id × block_size + offset. It also records, per block, the token ids whose K/V the block holds, so
 the chapter can draw the pool and the tests can check that a forked sibling never sees another's writes.
 
