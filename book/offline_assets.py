@@ -107,4 +107,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("build-finished", copy_anywidget_loader)
     app.add_css_file("course.css")  # book/static/course.css: the course's own styles (computed tables, layout)
     app.add_js_file("nav-toggles.js")  # book/static/nav-toggles.js: the article header's sidebar buttons work
+    app.add_js_file("scroll-cues.js")  # book/static/scroll-cues.js: boxes that scroll sideways say so
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

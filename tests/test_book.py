@@ -3,7 +3,7 @@
 The build runs once per session (`jupyter-book build . -W -n --keep-going --all`, after
 scripts/fetch_offline_assets.sh); the browser tests open every page of _toc.yml in Debian's Chromium from a local
 server, fail on anything that would break with the network cut off, and keep a screenshot of each page under
-_build/screenshots/book-<page>.png for people to look at.
+_build/screenshots/book-<page>-<width>.png (1366 px and 390 px) for people to look at.
 """
 from __future__ import annotations
 
@@ -207,11 +207,56 @@ MATH_STATE_JS = """() => {
 }"""
 
 
+# What a reader cannot see in full: a page wider than the window, content a box cuts off (an exercise box, a formula,
+# a column of widget controls), and a box that scrolls sideways without the cue of book/static/scroll-cues.js.
+LAYOUT_PROBLEMS_JS = """() => {
+  const SLACK = 2;
+  const problems = [];
+  const describe = (el) => `<${el.tagName.toLowerCase()}${typeof el.className === "string" && el.className.trim()
+    ? "." + el.className.trim().split(/\\s+/).slice(0, 3).join(".") : ""}> «${(el.textContent || "").trim().slice(0, 40)}»`;
+  if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+    problems.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} px wide`);
+  }
+  const article = document.querySelector("article.bd-article");
+  // MathJax's and the widgets' insides manage their own overflow; their boxes are checked from outside
+  const inside = (el) => el.closest("mjx-container, .widget-subarea, .jupyter-widgets, .dl-explorer");
+  for (const el of article.querySelectorAll("*")) {
+    if (el.clientWidth === 0 || inside(el)) continue;
+    if (el.matches("span.math")) {  // the theme clips inline math; its scrollWidth counts hidden MathML
+      const drawn = el.querySelector("mjx-math");
+      if (drawn && drawn.getBoundingClientRect().width > el.clientWidth + SLACK && !el.classList.contains("dl-scrolls")) {
+        problems.push(`formula cut off: ${describe(el)}`);
+      }
+      continue;
+    }
+    const more = el.scrollWidth - el.clientWidth;
+    if (more <= SLACK) continue;
+    const overflow = getComputedStyle(el).overflowX;
+    if (overflow === "hidden" || overflow === "clip") {
+      problems.push(`${more} px cut off by ${describe(el)}`);
+    } else if ((overflow === "auto" || overflow === "scroll") && !el.classList.contains("dl-scrolls")) {
+      problems.push(`scrolls sideways without a cue: ${describe(el)}`);
+    }
+  }
+  for (const column of article.querySelectorAll(".widget-hbox > *, .jupyter-widget-hbox > *")) {
+    if (column.clientWidth > 0 && column.scrollWidth > column.clientWidth + SLACK) {
+      problems.push(`widget column cut off: ${describe(column)}`);
+    }
+  }
+  return problems;
+}"""
+VIEWPORTS = {"desktop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
+
+
 @pytest.mark.browser
-def test_every_page_renders_offline(browser_session):
+@pytest.mark.parametrize("device", VIEWPORTS)
+def test_every_page_renders_offline(browser_session, device):
+    """Every page at 1366 px and at 390 px: no request fails or leaves the machine, math and widgets are drawn,
+    nothing is cut off, and a screenshot is kept as _build/screenshots/book-<page>-<width>.png."""
     browser, base_url = browser_session
+    viewport = VIEWPORTS[device]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+    context = browser.new_context(viewport=viewport, locale="zh-CN")
     problems = watch(context)
     page = context.new_page()
     pages = toc_pages()
@@ -222,9 +267,11 @@ def test_every_page_renders_offline(browser_session):
         page.wait_for_load_state("networkidle", timeout=PAGE_TIMEOUT_MS)
         wait_for_mathjax(page)
         widgets = unrendered_widgets(page)
+        page.wait_for_timeout(500)  # scroll-cues.js looks again 100 ms after MathJax and the widgets change the page
         state = page.evaluate(MATH_STATE_JS)
-        page.screenshot(path=str(SCREENSHOTS / f"book-{page_label(docname)}.png"), full_page=True)
-        found = problems.summary().splitlines() + ([widgets] if widgets else [])
+        layout = page.evaluate(LAYOUT_PROBLEMS_JS)  # before the screenshot, which resizes the window for a moment
+        page.screenshot(path=str(SCREENSHOTS / f"book-{page_label(docname)}-{viewport['width']}.png"), full_page=True)
+        found = problems.summary().splitlines() + ([widgets] if widgets else []) + layout
         if state["unrendered"]:
             found.append(f"{len(state['unrendered'])} of {state['maths']} math elements not rendered by MathJax: "
                          f"{state['unrendered'][:3]}")
@@ -240,7 +287,7 @@ def test_every_page_renders_offline(browser_session):
         expected_next = base_url + f"{pages[position + 1]}.html" if position + 1 < len(pages) else None
         if state["next"] != expected_next:
             found.append(f"'next' link goes to {state['next']}, expected {expected_next}")
-        failures += [f"{docname}: {line}" for line in found]
+        failures += [f"{docname} at {viewport['width']} px: {line}" for line in found]
     context.close()
     assert not failures, "\n".join(failures)
 
