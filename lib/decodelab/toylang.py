@@ -13,15 +13,43 @@ Taught in: chapters/01-logits-to-probs.ipynb (the truth behind every figure), ch
 """
 from __future__ import annotations
 
-import bisect
 import math
 import random
 
-from decodelab.toylang_automaton import Edge, compile_automaton, expected_visits
+from decodelab.toylang_automaton import (Edge, compile_automaton, cumulative_probs, expected_visits, path_entropy,
+                                         random_path)
 from decodelab.toylang_grammar import _CLASSES, _TEMPLATE_ALPHA, _TEMPLATES
 
 
-class ToyLanguage:
+class AlphabetChecks:
+    """Input checks shared by the toy languages; a language sets `alphabet` and `_alphabet_set`."""
+
+    alphabet: list[str]
+    _alphabet_set: frozenset[str]
+
+    def in_alphabet(self, text: str) -> bool:
+        """True when every character of `text` is in the alphabet (the language may still not produce it)."""
+        return isinstance(text, str) and all(ch in self._alphabet_set for ch in text)
+
+    def check_text(self, text: str, name: str) -> None:
+        """Raise TypeError / ValueError naming `name` unless `text` is a str over the alphabet."""
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+        for ch in text:
+            if ch not in self._alphabet_set:
+                raise ValueError(f"{name} contains {ch!r}, which is not in the alphabet of the toy language "
+                                 f"({len(self.alphabet)} characters, see {type(self).__name__}().alphabet)")
+
+    @staticmethod
+    def check_sample_args(n: int, seed: int) -> None:
+        """`sample(n, seed)`: n a non-negative int, seed an int."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+
+
+class ToyLanguage(AlphabetChecks):
     """The ground-truth language: exact next-character probabilities, log-probabilities and entropy rate.
 
     Texts are plain strings without BOS/EOS; the end of text is the key `ToyLanguage.EOS` in `next_token_probs`.
@@ -45,25 +73,11 @@ class ToyLanguage:
                 key = self.EOS if e.char is None else e.char
                 probs[key] = probs.get(key, 0.0) + e.prob
             self._char_probs.append(probs)
-        self._cum = [list(_accumulate([e.prob for e in edges])) for edges in self._edges]
+        self._cum = cumulative_probs(self._edges)
         self.alphabet: list[str] = sorted({c for probs in self._char_probs for c in probs if c != self.EOS})
         self._alphabet_set = frozenset(self.alphabet)
         self._visits = expected_visits(self._edges)
         self._forward_cache: dict[str, tuple[dict[int, float], float]] = {"": ({0: 1.0}, 0.0)}
-
-    # ---- input checks ------------------------------------------------------------------------------------
-    def in_alphabet(self, text: str) -> bool:
-        """True when every character of `text` is in the alphabet (the language may still not produce it)."""
-        return isinstance(text, str) and all(ch in self._alphabet_set for ch in text)
-
-    def check_text(self, text: str, name: str) -> None:
-        """Raise TypeError / ValueError naming `name` unless `text` is a str over the alphabet."""
-        if not isinstance(text, str):
-            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-        for ch in text:
-            if ch not in self._alphabet_set:
-                raise ValueError(f"{name} contains {ch!r}, which is not in the alphabet of the toy language "
-                                 f"({len(self.alphabet)} characters, see ToyLanguage().alphabet)")
 
     # ---- forward algorithm -------------------------------------------------------------------------------
     def _forward(self, prefix: str) -> tuple[dict[int, float], float]:
@@ -125,22 +139,9 @@ class ToyLanguage:
     # ---- sampling ----------------------------------------------------------------------------------------
     def sample(self, n: int, seed: int = 0) -> list[str]:
         """`n` sentences drawn independently from the language with a fixed `seed`."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.check_sample_args(n, seed)
         rng = random.Random(seed)
-        texts = []
-        for _ in range(n):
-            pos, chars = 0, []
-            while pos >= 0:
-                cum = self._cum[pos]
-                edge = self._edges[pos][min(bisect.bisect_right(cum, rng.random() * cum[-1]), len(cum) - 1)]
-                if edge.char is not None:
-                    chars.append(edge.char)
-                pos = edge.target
-            texts.append("".join(chars))
-        return texts
+        return ["".join(random_path(self._edges, self._cum, rng)) for _ in range(n)]
 
     # ---- exact statistics --------------------------------------------------------------------------------
     def expected_length(self) -> float:
@@ -149,8 +150,7 @@ class ToyLanguage:
 
     def sentence_entropy(self) -> float:
         """Exact entropy in nats of a whole sentence, H(X) = E[-log P(X)] (unambiguous grammar: = path entropy)."""
-        return -sum(v * sum(e.prob * math.log(e.prob) for e in edges if e.prob > 0)
-                    for v, edges in zip(self._visits, self._edges))
+        return path_entropy(self._edges, self._visits)
 
     def entropy_rate(self) -> float:
         """Nats per character: H(X) / E[len(X) + 1], the sentence entropy over the expected length with the end.
@@ -213,11 +213,3 @@ class ToyLanguage:
         """A few prefixes from flat to peaked, each with its exact next-character entropy in nats."""
         prefixes = ["", "小明在", "你知道", "小明坐", "小明喜欢吃", "今天，小明在图书", "床前明月光，疑是地上"]
         return [(p, self.entropy(p)) for p in prefixes]
-
-
-def _accumulate(values: list[float]) -> list[float]:
-    total, out = 0.0, []
-    for v in values:
-        total += v
-        out.append(total)
-    return out

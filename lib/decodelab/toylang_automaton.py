@@ -9,6 +9,10 @@ Taught in: chapters/00-intro.md (the truth behind every figure)
 """
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+import random
 from dataclasses import dataclass
 
 
@@ -137,3 +141,52 @@ def expected_visits(automaton: list[list[Edge]]) -> list[float]:
                 if indegree[e.target] == 0:
                     ready.append(e.target)
     return visits
+
+
+def path_entropy(automaton: list[list[Edge]], visits: list[float] | None = None) -> float:
+    """Entropy in nats of one path through an acyclic automaton: the expected visits times each position's choice
+    entropy (`visits` from `expected_visits`, computed when not given)."""
+    visits = expected_visits(automaton) if visits is None else visits
+    return -sum(v * sum(e.prob * math.log(e.prob) for e in edges if e.prob > 0) for v, edges in zip(visits, automaton))
+
+
+def length_distribution(automaton: list[list[Edge]]) -> dict[int, float]:
+    """P(a path emits exactly L characters), by dynamic programming over (position, length) in visiting order."""
+    indegree = [0] * len(automaton)
+    for edges in automaton:
+        for e in edges:
+            if e.target >= 0:
+                indegree[e.target] += 1
+    at: list[dict[int, float]] = [{} for _ in automaton]
+    at[0] = {0: 1.0}
+    done: dict[int, float] = {}
+    ready = [0]
+    while ready:
+        pos = ready.pop()
+        for e in automaton[pos]:
+            step = 0 if e.char is None else 1
+            dest = done if e.target < 0 else at[e.target]
+            for length, p in at[pos].items():
+                dest[length + step] = dest.get(length + step, 0.0) + p * e.prob
+            if e.target >= 0:
+                indegree[e.target] -= 1
+                if indegree[e.target] == 0:
+                    ready.append(e.target)
+    return done
+
+
+def cumulative_probs(automaton: list[list[Edge]]) -> list[list[float]]:
+    """Each position's running sums of its edge probabilities, what `random_path` draws against."""
+    return [list(itertools.accumulate(e.prob for e in edges)) for edges in automaton]
+
+
+def random_path(automaton: list[list[Edge]], cumulative: list[list[float]], rng: random.Random) -> list[str]:
+    """The characters of one random path from the start to the end (`cumulative` from `cumulative_probs`)."""
+    pos, chars = 0, []
+    while pos >= 0:
+        cum = cumulative[pos]
+        edge = automaton[pos][min(bisect.bisect_right(cum, rng.random() * cum[-1]), len(cum) - 1)]
+        if edge.char is not None:
+            chars.append(edge.char)
+        pos = edge.target
+    return chars

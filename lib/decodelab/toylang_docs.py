@@ -15,11 +15,13 @@ Taught in: chapters/03-strategies.ipynb (long continuations, loops), chapters/00
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
 
-from decodelab.toylang import ToyLanguage
-from decodelab.toylang_automaton import Edge, compile_automaton, expected_visits
+from decodelab.toylang import AlphabetChecks, ToyLanguage
+from decodelab.toylang_automaton import (Edge, compile_automaton, cumulative_probs, length_distribution, path_entropy,
+                                         random_path)
 from decodelab.toylang_grammar import _CLASSES, _TEMPLATE_ALPHA, _TEMPLATES
 
 _INTRO = "这是{PROTAGONIST}在{CITY}的一天。"
@@ -27,7 +29,7 @@ _BOUNDARY = -2  # pseudo-position: between two sentences of the body
 _State = tuple[int, int, int]  # (protagonist index, 0 = intro / 1 = body, automaton position or _BOUNDARY)
 
 
-class DocumentLanguage:
+class DocumentLanguage(AlphabetChecks):
     """The ground-truth language of documents: exact next-character probabilities, log-probabilities, entropy rate.
 
     Texts are plain strings without BOS/EOS; the end of a document is the key `DocumentLanguage.EOS`.
@@ -59,27 +61,12 @@ class DocumentLanguage:
                      for w, z in zip(self.protagonists, self._person_prior)}
             self._intro.append(compile_automaton({**_CLASSES, "PROTAGONIST": {name: 1.0}}, (_INTRO,), 0.0))
             self._body.append(compile_automaton({**_CLASSES, "PERSON": bound}, _TEMPLATES, _TEMPLATE_ALPHA))
-        self._cum = {id(a): [list(_accumulate([e.prob for e in edges])) for edges in a]
-                     for a in self._intro + self._body}
+        self._cum = {id(a): cumulative_probs(a) for a in self._intro + self._body}
         self.alphabet: list[str] = ToyLanguage().alphabet
         self._alphabet_set = frozenset(self.alphabet)
         self._start: dict[_State, float] = {(i, 0, 0): p for i, p in enumerate(self._person_prior)}
         self._forward_cache: dict[str, tuple[dict[_State, float], float]] = {"": (self._start, 0.0)}
         self._moments_cache: tuple[float, float] | None = None
-
-    # ---- input checks ------------------------------------------------------------------------------------
-    def in_alphabet(self, text: str) -> bool:
-        """True when every character of `text` is in the alphabet (the language may still not produce it)."""
-        return isinstance(text, str) and all(ch in self._alphabet_set for ch in text)
-
-    def check_text(self, text: str, name: str) -> None:
-        """Raise TypeError / ValueError naming `name` unless `text` is a str over the alphabet."""
-        if not isinstance(text, str):
-            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-        for ch in text:
-            if ch not in self._alphabet_set:
-                raise ValueError(f"{name} contains {ch!r}, which is not in the alphabet of the toy language "
-                                 f"({len(self.alphabet)} characters, see DocumentLanguage().alphabet)")
 
     # ---- forward algorithm -------------------------------------------------------------------------------
     def _edges(self, state: _State) -> list[Edge]:
@@ -197,12 +184,9 @@ class DocumentLanguage:
     # ---- sampling ----------------------------------------------------------------------------------------
     def sample(self, n: int, seed: int = 0) -> list[str]:
         """`n` documents drawn independently from the language with a fixed `seed`."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.check_sample_args(n, seed)
         rng = random.Random(seed)
-        cum_prior = list(_accumulate(self._person_prior))
+        cum_prior = list(itertools.accumulate(self._person_prior))
         docs = []
         for _ in range(n):
             who = min(bisect.bisect_right(cum_prior, rng.random() * cum_prior[-1]), len(cum_prior) - 1)
@@ -214,15 +198,7 @@ class DocumentLanguage:
 
     def _walk(self, automaton: list[list[Edge]], rng: random.Random) -> list[str]:
         """The characters of one random path from the start to the end of `automaton`."""
-        cums = self._cum[id(automaton)]
-        pos, chars = 0, []
-        while pos >= 0:
-            cum = cums[pos]
-            edge = automaton[pos][min(bisect.bisect_right(cum, rng.random() * cum[-1]), len(cum) - 1)]
-            if edge.char is not None:
-                chars.append(edge.char)
-            pos = edge.target
-        return chars
+        return random_path(automaton, self._cum[id(automaton)], rng)
 
     # ---- exact statistics --------------------------------------------------------------------------------
     def _moments(self) -> tuple[float, float]:
@@ -236,8 +212,8 @@ class DocumentLanguage:
         entropy = -sum(p * math.log(p) for p in self._person_prior)
         mean_length = 0.0
         for who, prior in enumerate(self._person_prior):
-            intro_h, intro_len = _path_entropy(self._intro[who]), _length_distribution(self._intro[who])
-            body_h, body_len = _path_entropy(self._body[who]), _length_distribution(self._body[who])
+            intro_h, intro_len = path_entropy(self._intro[who]), length_distribution(self._intro[who])
+            body_h, body_len = path_entropy(self._body[who]), length_distribution(self._body[who])
             boundary = dict(intro_len)  # probability of a sentence boundary after exactly L characters
             sentences = decisions = length = 0.0
             total = min(boundary)
@@ -273,41 +249,3 @@ class DocumentLanguage:
         entropy, length = self._moments()
         return entropy / (length + 1.0)
 
-
-def _path_entropy(automaton: list[list[Edge]]) -> float:
-    """Entropy of one path through an acyclic automaton, in nats."""
-    return -sum(v * sum(e.prob * math.log(e.prob) for e in edges if e.prob > 0)
-                for v, edges in zip(expected_visits(automaton), automaton))
-
-
-def _length_distribution(automaton: list[list[Edge]]) -> dict[int, float]:
-    """P(a path emits exactly L characters), by dynamic programming over (position, length) in visiting order."""
-    indegree = [0] * len(automaton)
-    for edges in automaton:
-        for e in edges:
-            if e.target >= 0:
-                indegree[e.target] += 1
-    at: list[dict[int, float]] = [{} for _ in automaton]
-    at[0] = {0: 1.0}
-    done: dict[int, float] = {}
-    ready = [0]
-    while ready:
-        pos = ready.pop()
-        for e in automaton[pos]:
-            step = 0 if e.char is None else 1
-            dest = done if e.target < 0 else at[e.target]
-            for length, p in at[pos].items():
-                dest[length + step] = dest.get(length + step, 0.0) + p * e.prob
-            if e.target >= 0:
-                indegree[e.target] -= 1
-                if indegree[e.target] == 0:
-                    ready.append(e.target)
-    return done
-
-
-def _accumulate(values: list[float]) -> list[float]:
-    total, out = 0.0, []
-    for v in values:
-        total += v
-        out.append(total)
-    return out

@@ -201,8 +201,38 @@ def length_buckets(lang: ToyLanguage | DocumentLanguage, params: TrainParams, st
     return batches
 
 
-def train(name: str, params: TrainParams, out: Path) -> dict:
-    """Train, evaluate and save the model `name` to `out`; returns the metrics."""
+@dataclass
+class Run:
+    """One training run's pieces, made the same way for every recipe (`train` here, `decodelab.train_dagger`)."""
+
+    lang: ToyLanguage | DocumentLanguage
+    tokenizer: PreTrainedTokenizerBase
+    model: LlamaForCausalLM
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def update(self, loss: torch.Tensor) -> None:
+        """One optimiser step on `loss`: gradients clipped to norm 1, then the learning-rate schedule."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.schedule.step()
+
+    def save(self, out: Path, card: str) -> None:
+        """Weights, tokenizer, config and the model card `card` into `out`."""
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        (out / "README.md").write_text(card, encoding="utf-8")
+
+
+def start_run(params: TrainParams) -> Run:
+    """Seed, then the language, tokenizer, a fresh model, AdamW and the warm-up + cosine schedule of `params`."""
     if params.steps < 1:
         raise ValueError(f"steps must be >= 1, got {params.steps}")
     torch.manual_seed(params.seed)
@@ -213,30 +243,28 @@ def train(name: str, params: TrainParams, out: Path) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.01, betas=(0.9, 0.98))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / params.warmup) * (
         0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / params.steps)))))
+    return Run(lang, tokenizer, model, optimizer, schedule)
+
+
+def train(name: str, params: TrainParams, out: Path) -> dict:
+    """Train, evaluate and save the model `name` to `out`; returns the metrics."""
+    run = start_run(params)
     start = time.time()
-    model.train()
+    run.model.train()
     bar = tqdm(range(params.steps), desc=f"train {name}", mininterval=5)
     batches: list[list[str]] = []
     for step in bar:
         if not batches:
-            batches = length_buckets(lang, params, step)
-        ids, labels = encode_batch(tokenizer, batches.pop())
-        loss = model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+            batches = length_buckets(run.lang, params, step)
+        ids, labels = encode_batch(run.tokenizer, batches.pop())
+        loss = run.model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
+        run.update(loss)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     seconds = time.time() - start
-    model.eval()
-    metrics = evaluate(model, tokenizer, params)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    n_params = sum(p.numel() for p in model.parameters())
-    (out / "README.md").write_text(model_card(name, params, n_params, seconds, metrics), encoding="utf-8")
+    run.model.eval()
+    metrics = evaluate(run.model, run.tokenizer, params)
+    run.save(out, model_card(name, params, run.num_parameters, seconds, metrics))
     return metrics
 
 

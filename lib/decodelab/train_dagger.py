@@ -18,19 +18,17 @@ Taught in: chapters/05-exposure-bias.ipynb
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
-from transformers import GenerationConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from decodelab.exposure import continue_texts, expert_probs, judge, token_ids
-from decodelab.tokenizer import build_tokenizer
 from decodelab.toylang_docs import DocumentLanguage
-from decodelab.train import ASSETS, PRESETS, TrainParams, evaluate, model_config
+from decodelab.train import ASSETS, PRESETS, TrainParams, evaluate, start_run
 
 BASE = "tiny-zh-doc-small"
 REFRESH = 25            # steps between two draws of rollouts
@@ -90,14 +88,8 @@ def train_recipe(name: str, recipe: str, params: TrainParams, out: Path) -> dict
         raise ValueError(f"recipe must be 'soft' or 'dagger', got {recipe!r}")
     if params.corpus != "documents":
         raise ValueError(f"the expert labels documents; params.corpus must be 'documents', got {params.corpus!r}")
-    torch.manual_seed(params.seed)
-    lang = DocumentLanguage()
-    tokenizer = build_tokenizer(lang.alphabet, model_max_length=params.context)
-    model = LlamaForCausalLM(model_config(len(tokenizer), params))
-    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0, do_sample=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / params.warmup) * (
-        0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / params.steps)))))
+    run = start_run(params)
+    model, tokenizer, lang = run.model, run.tokenizer, run.lang
     start, rollout_seconds, pool = time.time(), 0.0, []
     own_rows = params.batch_size // 2 if recipe == "dagger" else 0
     model.train()
@@ -111,22 +103,13 @@ def train_recipe(name: str, recipe: str, params: TrainParams, out: Path) -> dict
         texts = lang.sample(params.batch_size - own, seed=params.seed * 1_000_000 + step)
         texts += [pool.pop() for _ in range(own)]
         loss = soft_loss(model, soft_batch(tokenizer, lang, texts))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        run.update(loss)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     seconds = time.time() - start
     model.eval()
     metrics = evaluate(model, tokenizer, params)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    n_params = sum(p.numel() for p in model.parameters())
-    (out / "README.md").write_text(model_card(name, recipe, params, n_params, seconds, rollout_seconds, metrics),
-                                   encoding="utf-8")
+    run.save(out, model_card(name, recipe, params, run.num_parameters, seconds, rollout_seconds, metrics))
     return metrics
 
 
