@@ -25,13 +25,15 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.contiguous import FirstFitSlab, Reservation
+from decodelab.detokenize import truncate_at_stop
 from decodelab.kv_cache import kv_bytes_per_token
 from decodelab.paged_model import PagedLlama, StepBatch
 from decodelab.paged import BlockPool, BlockTable
 from decodelab.sampling import SamplingParams, make_generator, sample, sample_seed
 from decodelab.scheduler import Scheduler, SequenceState, Status
+from decodelab.tokenizer import encode_prompt
 from decodelab.truncation import take_rows
-from decodelab.validation import check_int
+from decodelab.validation import ParamError, check_int
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
 KV_LAYOUTS = ("paged", "contiguous")
@@ -39,18 +41,40 @@ RESERVATIONS = ("max_tokens", "max_model_len")
 
 
 @dataclass(frozen=True)
-class Completion:
-    """One finished request. `token_ids` are the generated tokens only (a stop or EOS token included).
+class TokenLogprob:
+    """A sampled token's log-probability under the model (raw logits, before temperature or truncation, as vLLM
+    reports them by default) and the `params.logprobs` most likely tokens with theirs, most likely first."""
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
-    For n > 1, `token_ids`, `text` and `finish_reason` are sample 0's and `samples` holds all n samples (each a
-    Completion with empty `samples`); for n = 1, `samples` is empty.
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request. `token_ids` are the generated tokens only (a stop or EOS token included); `text` ends
+    before the first stop string, if one was hit.
+
+    For n > 1, `token_ids`, `text`, `finish_reason` and `logprobs` are sample 0's and `samples` holds all n samples
+    (each a Completion with empty `samples`); for n = 1, `samples` is empty. `logprobs` has one entry per token when
+    the request asked for them (`SamplingParams.logprobs`), else None.
     """
     request_id: int
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str | None
-    finish_reason: str                     # "stop" (EOS or a stop token) or "length" (max_tokens or context)
+    finish_reason: str                     # "stop" (EOS, a stop token or stop string) or "length" (max_tokens, context)
     samples: tuple[Completion, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One token a step produced for one sample of a request, for streaming: what a server sends as it happens."""
+    request_id: int
+    sample_index: int
+    token_id: int
+    logprob: TokenLogprob | None           # when the request asked for logprobs
+    finish_reason: str | None              # set when this token ended the sample
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,7 @@ class StepOutput:
     allocated_slots: int                   # used blocks × block_size
     num_running: int                       # sequences holding blocks while the step ran
     num_waiting: int
+    events: tuple[TokenEvent, ...] = ()    # the new tokens by request and sample, in batch order
 
 
 def _kv_memory_limit(device: torch.device) -> int | None:
@@ -156,17 +181,19 @@ class Engine:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise TypeError(f"{name} is a string but the engine has no tokenizer; pass token ids")
-            prompt = self.tokenizer(prompt).input_ids
+            prompt = encode_prompt(self.tokenizer, prompt, name)
         if isinstance(prompt, torch.Tensor):
             prompt = prompt.tolist()
         if not isinstance(prompt, Sequence) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             raise TypeError(f"{name} must be a string or a list of token ids, got {prompt!r}")
         if not prompt:
-            raise ValueError(f"{name} must hold at least one token, got an empty prompt")
+            raise ParamError(name, f"{name} must hold at least one token, got an empty prompt")
         if min(prompt) < 0 or max(prompt) >= self.runner.vocab_size:
-            raise ValueError(f"{name} token ids must be in [0, {self.runner.vocab_size}), got {min(prompt)}..{max(prompt)}")
+            raise ParamError(name, f"{name} token ids must be in [0, {self.runner.vocab_size}), "
+                                   f"got {min(prompt)}..{max(prompt)}")
         if len(prompt) > self.max_model_len:
-            raise ValueError(f"{name} has {len(prompt)} tokens, longer than the model's context of {self.max_model_len}")
+            raise ParamError(name, f"{name} has {len(prompt)} tokens, longer than the model's context of "
+                                   f"{self.max_model_len}")
         return list(prompt)
 
     def _check_request(self, prompt_ids: list[int], params, name: str) -> None:
@@ -174,36 +201,46 @@ class Engine:
             raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
         bad_stops = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
         if bad_stops:
-            raise ValueError(f"stop_token_ids for {name} must be < the vocabulary size {self.runner.vocab_size}, "
-                             f"got {bad_stops}")
+            raise ParamError("stop_token_ids", f"stop_token_ids for {name} must be < the vocabulary size "
+                                               f"{self.runner.vocab_size}, got {bad_stops}")
+        if params.stop and self.tokenizer is None:
+            raise ParamError("stop", f"stop strings for {name} need text: give the engine a tokenizer, or use "
+                                     f"stop_token_ids")
         if params.n > self.scheduler.max_num_seqs:
-            raise ValueError(f"params.n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
+            raise ParamError("n", f"n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
         if self.kv_layout == "contiguous":
             if params.n > 1:
-                raise ValueError(f"params.n for {name} is {params.n}; a contiguous reservation cannot share a prompt, "
-                                 f"use kv_layout='paged' for n > 1")
+                raise ParamError("n", f"n for {name} is {params.n}; a contiguous reservation cannot share a prompt, "
+                                      f"use kv_layout='paged' for n > 1")
             size = self._reservation_size(len(prompt_ids), params)
             if size > self.pool.num_slots:
-                raise ValueError(f"{name} reserves {size} slots, more than the whole slab of {self.pool.num_slots}; "
-                                 f"lower max_tokens or give the engine more memory")
+                raise ParamError("max_tokens", f"{name} reserves {size} slots, more than the whole slab of "
+                                               f"{self.pool.num_slots}; lower max_tokens or give the engine more memory")
             return
         slots = min(len(prompt_ids) + params.max_tokens - 1, self.max_model_len)
         blocks = -(-slots // self.block_size)
         if blocks > self.pool.num_blocks:
-            raise ValueError(f"{name} needs up to {blocks} blocks ({slots} tokens), more than the whole pool of "
-                             f"{self.pool.num_blocks}; lower max_tokens or give the engine more blocks")
+            raise ParamError("max_tokens", f"{name} needs up to {blocks} blocks ({slots} tokens), more than the whole "
+                                           f"pool of {self.pool.num_blocks}; lower max_tokens or give the engine "
+                                           f"more blocks")
 
     def _reservation_size(self, num_prompt_tokens: int, params: SamplingParams) -> int:
         if self.reserve == "max_model_len":
             return self.max_model_len
         return min(num_prompt_tokens + params.max_tokens, self.max_model_len)
 
+    def check_request(self, prompt, params: SamplingParams, name: str = "prompt") -> list[int]:
+        """The prompt's token ids if this engine can serve the request; otherwise ParamError (a ValueError naming the
+        field: the prompt, `n`, `max_tokens`, `stop`, ...) or TypeError. Reads the engine's configuration only, so a
+        server may call it while a step runs."""
+        prompt_ids = self._prompt_ids(prompt, name)
+        self._check_request(prompt_ids, params, name)
+        return prompt_ids
+
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
         """Queue a request (a string or token ids) and return its id; it joins the batch at the next step."""
         params = SamplingParams() if params is None else params
-        prompt_ids = self._prompt_ids(prompt, "prompt")
-        self._check_request(prompt_ids, params, "prompt")
-        return self._add(prompt_ids, params)
+        return self._add(self.check_request(prompt, params), params)
 
     def _add(self, prompt_ids: list[int], params: SamplingParams) -> int:
         request_id = next(self._request_ids)
@@ -217,6 +254,20 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.scheduler.max_num_seqs
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences queued for a prefill (new, or preempted and to be recomputed)."""
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        """Sequences holding KV blocks."""
+        return len(self.scheduler.running)
 
     def abort(self, request_id: int) -> None:
         """Stop a request that has not finished (all its samples) and free its blocks at once.
@@ -251,11 +302,16 @@ class Engine:
         else:
             self._decode_tokens += num_new
         rows, seqs = self._fork_samples(plan.seqs)
-        tokens = self._sample(take_rows(logits, rows), seqs)  # [len(seqs), V]; no copy unless a request forked
-        finished = []
-        for seq, token in zip(seqs, tokens):
+        row_logits = take_rows(logits, rows)                  # [len(seqs), V]; no copy unless a request forked
+        tokens = self._sample(row_logits, seqs)
+        logprobs = self._logprobs(row_logits, seqs, tokens)
+        finished, events = [], []
+        for seq, token, logprob in zip(seqs, tokens, logprobs):
             seq.token_ids.append(token)
+            if logprob is not None:
+                seq.logprobs.append(logprob)
             reason = self._finish_reason(seq, token)
+            events.append(TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason))
             if reason is not None:
                 self.scheduler.finish(seq, reason)
                 done = self._maybe_complete(seq.request_id)
@@ -263,7 +319,8 @@ class Engine:
                     finished.append(done)
         tables = {s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}
         return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)}, tuple(s.seq_id for s in plan.preempted),
-                          tuple(finished), tables, live, allocated, num_running, len(self.scheduler.waiting))
+                          tuple(finished), tables, live, allocated, num_running, len(self.scheduler.waiting),
+                          tuple(events))
 
     def _fork_samples(self, scheduled: list[SequenceState]) -> tuple[list[int], list[SequenceState]]:
         """After a prompt's prefill, start its n - 1 siblings on the same blocks; they sample from the same row."""
@@ -291,8 +348,27 @@ class Engine:
         histories = [s.token_ids for s in seqs] if any(p.no_repeat_ngram_size > 0 for p in params) else None
         return sample(logits, params, [s.generator for s in seqs], outputs, ngram_tokens=histories).tolist()
 
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, seqs: list[SequenceState], tokens: list[int]) -> list[TokenLogprob | None]:
+        """Each token's log-probability under the raw logits, with the top alternatives, for rows that asked."""
+        wanted = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+        out: list[TokenLogprob | None] = [None] * len(seqs)
+        if not wanted:
+            return out
+        logp = torch.log_softmax(logits[wanted].float(), dim=-1)             # [len(wanted), V]
+        chosen = logp.gather(1, torch.tensor([[tokens[i]] for i in wanted], device=logp.device)).squeeze(1).tolist()
+        k = max(seqs[i].params.logprobs for i in wanted)
+        top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
+        top_values, top_ids = top_values.tolist(), top_ids.tolist()
+        for j, i in enumerate(wanted):
+            n = seqs[i].params.logprobs
+            out[i] = TokenLogprob(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_values[j][:n])))
+        return out
+
     def _finish_reason(self, seq: SequenceState, token: int) -> str | None:
         if token in seq.params.stop_token_ids or (token in self.eos_token_ids and not seq.params.ignore_eos):
+            return "stop"
+        if seq.params.stop and truncate_at_stop(self._decode(seq.output_token_ids), seq.params.stop)[1]:
             return "stop"
         if len(seq.output_token_ids) >= seq.params.max_tokens or len(seq.token_ids) >= self.max_model_len:
             return "length"
@@ -304,16 +380,22 @@ class Engine:
             return None
         del self._requests[request_id]
         samples = [Completion(request_id, s.token_ids[:s.num_prompt_tokens], s.output_token_ids,
-                              self._decode(s.output_token_ids), s.finish_reason)
+                              self._text(s.output_token_ids, s.params), s.finish_reason,
+                              logprobs=tuple(s.logprobs) if s.params.logprobs is not None else None)
                    for s in sorted(seqs, key=lambda s: s.sample_index)]
         first = samples[0]
         done = Completion(request_id, first.prompt_token_ids, first.token_ids, first.text, first.finish_reason,
-                          tuple(samples) if len(samples) > 1 else ())
+                          tuple(samples) if len(samples) > 1 else (), first.logprobs)
         self.completed[request_id] = done
         return done
 
     def _decode(self, token_ids: list[int]) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def _text(self, token_ids: list[int], params: SamplingParams) -> str | None:
+        """The text of an output: decoded, and cut before the first stop string."""
+        text = self._decode(token_ids)
+        return text if text is None or not params.stop else truncate_at_stop(text, params.stop)[0]
 
     # -- whole runs ----------------------------------------------------------------------------------------
     def generate(self, prompts, params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:

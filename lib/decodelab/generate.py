@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.tokenizer import encode_prompt
 
 
 @dataclass(frozen=True)
@@ -83,17 +84,6 @@ def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
         raise ValueError(f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
 
 
-def _encode(tokenizer, prompt: str, name: str) -> list[int]:
-    """Token ids of `prompt`; characters the vocabulary lacks are an error, not a silent `<unk>`."""
-    ids = list(tokenizer(prompt)["input_ids"])
-    unk = getattr(tokenizer, "unk_token_id", None)
-    if unk is not None and unk in ids and tokenizer.unk_token not in prompt:
-        unknown = sorted({ch for ch in prompt if tokenizer.convert_tokens_to_ids(ch) == unk})
-        raise ValueError(f"{name} has characters outside the tokenizer's vocabulary: {unknown!r}; they would be "
-                         f"read as {tokenizer.unk_token!r} (the toy language's alphabet is ToyLanguage().alphabet)")
-    return ids
-
-
 def _prompt_ids(tokenizer, prompts) -> list[list[int]]:
     if isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
         prompts = [prompts]
@@ -104,7 +94,7 @@ def _prompt_ids(tokenizer, prompts) -> list[list[int]]:
         if isinstance(prompt, str):
             if tokenizer is None:
                 raise ValueError(f"prompts[{i}] is text, which needs a tokenizer; got tokenizer=None")
-            ids.append(_encode(tokenizer, prompt, f"prompts[{i}]"))
+            ids.append(encode_prompt(tokenizer, prompt, f"prompts[{i}]"))
         elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
                                                    for t in prompt):
             ids.append(list(prompt))

@@ -45,6 +45,7 @@ class SequenceState:
     finish_reason: str | None = None
     new_slots: list[int] = field(default_factory=list)   # slots of this step's new tokens
     num_cached_tokens: int = 0                # tokens of this step's prefill served by the prefix cache
+    logprobs: list = field(default_factory=list)   # engine.TokenLogprob per output token, when asked for
 
     @property
     def output_token_ids(self) -> list[int]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from tokenizers import Tokenizer, decoders, models, processors
 from transformers import PreTrainedTokenizerFast
 
+from decodelab.validation import ParamError
+
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 
 
@@ -39,3 +41,20 @@ def build_tokenizer(alphabet: list[str], model_max_length: int = 256) -> PreTrai
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
         clean_up_tokenization_spaces=False, model_max_length=model_max_length, padding_side="left")
+
+
+def encode_prompt(tokenizer, prompt: str, name: str = "prompt") -> list[int]:
+    """Token ids of `prompt`; characters the vocabulary lacks are an error (ParamError naming `name`), not a
+    silent `<unk>`. Used by `generate`, `beam_search` and the engine for every string prompt.
+
+    >>> encode_prompt(build_tokenizer(["好", "你"]), "你好")
+    [1, 4, 5]
+    """
+    ids = list(tokenizer(prompt)["input_ids"])
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and unk in ids and tokenizer.unk_token not in prompt:
+        unknown = sorted({ch for ch in prompt if tokenizer.convert_tokens_to_ids(ch) == unk})
+        raise ParamError(name, f"{name} has characters outside the tokenizer's vocabulary: {unknown!r}; they would "
+                               f"be read as {tokenizer.unk_token!r} (the toy language's alphabet is "
+                               f"ToyLanguage().alphabet)")
+    return ids

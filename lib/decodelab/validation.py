@@ -6,6 +6,19 @@ Used by every module that takes counts and sizes (block_size, max_tokens, num_be
 from __future__ import annotations
 
 
+class ParamError(ValueError):
+    """A ValueError about one named parameter (`param`), so a caller such as the HTTP server can say which field of
+    a request was wrong. Its message starts with the parameter's name.
+
+    >>> ParamError("top_p", "top_p must be in (0, 1], got 2").param
+    'top_p'
+    """
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def as_scalar(value):
     """A Python number for a 0-dimensional torch tensor or a numpy scalar (`torch.tensor(0.5)`, `np.int64(3)`);
     any other value comes back unchanged, so the checks that follow name it as it was passed.
@@ -21,15 +34,15 @@ def as_scalar(value):
 
 def check_int(value, name: str, low: int = 1) -> int:
     """Return `value` as an int if it is one (not a bool; a 0-d torch tensor or numpy integer is accepted) and
-    >= `low`; otherwise raise ValueError naming `name`.
+    >= `low`; otherwise raise ParamError (a ValueError) naming `name`.
 
     >>> check_int(4, "block_size")
     4
     >>> check_int(0, "block_size")
     Traceback (most recent call last):
-    ValueError: block_size must be an int >= 1, got 0
+    decodelab.validation.ParamError: block_size must be an int >= 1, got 0
     """
     value = as_scalar(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        raise ParamError(name, f"{name} must be an int >= {low}, got {value!r}")
     return value

@@ -1,0 +1,138 @@
+"""The OpenAI completions API as the server reads and writes it: request fields, errors, response JSON.
+
+Fields follow OpenAI's `/v1/completions`; `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids` and
+`ignore_eos` are the extra fields vLLM accepts (the `openai` client sends them with `extra_body`). A field OpenAI
+defines that this server cannot honour (`echo`, `suffix`, `logit_bias`, `best_of` != n) is refused with a 400 that
+says so, never ignored; an unknown field is refused too, so a typo (`temprature`) is not silently the default.
+
+    request = CompletionRequest.model_validate(body)      # pydantic: types
+    params = request.sampling_params()                     # decodelab.SamplingParams: ranges (ParamError)
+
+Used by: decodelab.serve. Taught in: chapters/07c-serving.ipynb
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt
+
+from decodelab.engine import Completion, TokenLogprob
+from decodelab.sampling import SamplingParams
+from decodelab.validation import ParamError
+
+MAX_STOP_STRINGS = 4  # as OpenAI
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: StrictBool = False
+
+
+class CompletionRequest(BaseModel):
+    """One POST /v1/completions body. Types are checked here; value ranges by `SamplingParams`."""
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    max_tokens: StrictInt | None = 16
+    temperature: StrictFloat | None = 1.0
+    top_p: StrictFloat | None = 1.0
+    n: StrictInt = 1
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    logprobs: StrictInt | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: StrictFloat | None = 0.0
+    frequency_penalty: StrictFloat | None = 0.0
+    seed: StrictInt | None = None
+    user: str | None = None
+    echo: StrictBool = False
+    suffix: str | None = None
+    logit_bias: dict[str, StrictFloat] | None = None
+    best_of: StrictInt | None = None
+    # vLLM's extra sampling fields
+    top_k: StrictInt | None = 0
+    min_p: StrictFloat | None = 0.0
+    repetition_penalty: StrictFloat | None = 1.0
+    stop_token_ids: list[StrictInt] | None = None
+    ignore_eos: StrictBool = False
+
+    def prompts(self) -> list[str] | list[list[int]]:
+        """The prompts as a list: OpenAI accepts one string, many strings, one token list or many token lists."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return [prompt]
+        if not prompt:
+            raise ParamError("prompt", "prompt must not be an empty list")
+        if isinstance(prompt[0], int):
+            return [prompt]
+        return list(prompt)
+
+    def sampling_params(self) -> SamplingParams:
+        """The request as `SamplingParams`; raises ParamError naming the field for anything out of range or not
+        supported."""
+        unsupported = [("echo", self.echo), ("suffix", self.suffix), ("logit_bias", self.logit_bias)]
+        for name, value in unsupported:
+            if value:
+                raise ParamError(name, f"{name} is not supported by this server, got {value!r}")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ParamError("best_of", f"best_of must equal n ({self.n}) here: this server returns every sample it "
+                                        f"draws, got best_of={self.best_of}")
+        if self.stream_options is not None and not self.stream:
+            raise ParamError("stream_options", "stream_options is only allowed with stream=true")
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stop) > MAX_STOP_STRINGS:
+            raise ParamError("stop", f"stop takes at most {MAX_STOP_STRINGS} strings, got {len(stop)}")
+        if self.max_tokens is None:
+            raise ParamError("max_tokens", "max_tokens must be an int >= 1 here (the server has no default "
+                                           "'until the context is full'), got null")
+        top_k = self.top_k if self.top_k != -1 else 0          # vLLM's -1 means "off", as 0 does here
+        defaults = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                    "min_p": 0.0, "repetition_penalty": 1.0, "top_k": 0}
+        values = {name: getattr(self, name) for name in defaults} | {"top_k": top_k}
+        values = {name: defaults[name] if value is None else value for name, value in values.items()}
+        return SamplingParams(**values, n=self.n, max_tokens=self.max_tokens, seed=self.seed, stop=tuple(stop),
+                              stop_token_ids=tuple(self.stop_token_ids or ()), ignore_eos=self.ignore_eos,
+                              logprobs=self.logprobs)
+
+
+def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",
+               code: str | None = None) -> dict:
+    """OpenAI's error JSON: {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def completion_id() -> str:
+    return f"cmpl-{uuid.uuid4().hex}"
+
+
+def logprobs_json(entries: list[TokenLogprob], tokenizer, offset: int) -> dict:
+    """The legacy completions `logprobs` object for `entries`, whose text starts at character `offset`. A special
+    token (`</s>` after `ignore_eos`) is named in `tokens` but adds nothing to the text, so `text_offset` skips it."""
+    tokens = [tokenizer.decode([e.token_id]) for e in entries]
+    offsets, position = [], offset
+    for entry in entries:
+        offsets.append(position)
+        position += len(tokenizer.decode([entry.token_id], skip_special_tokens=True))
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{tokenizer.decode([t]): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets}
+
+
+def choice_json(index: int, sample: Completion, tokenizer) -> dict:
+    logprobs = None if sample.logprobs is None else logprobs_json(list(sample.logprobs), tokenizer, 0)
+    return {"index": index, "text": sample.text, "logprobs": logprobs, "finish_reason": sample.finish_reason}
+
+
+def usage_json(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_json(request_id: str, model: str, choices: list[dict], usage: dict | None) -> dict:
+    body = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices}
+    if usage is not None:
+        body["usage"] = usage
+    return body
