@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help venv assets book test lab lecture serve execute model bench clean
+.PHONY: help venv assets book test lab lecture serve api execute model bench clean
 
 help:
 	@echo "make book     build the HTML book into _build/html"
@@ -23,6 +23,7 @@ help:
 	@echo "make execute  re-execute the notebooks whose notebook or library changed"
 	@echo "make model    retrain the shipped models (tiny-zh, tiny-zh-doc)"
 	@echo "make bench    run the benchmarks (tables + JSON in benchmarks/results/)"
+	@echo "make api      the OpenAI-compatible server on http://127.0.0.1:8000/v1 (tiny-zh)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +53,9 @@ NBVAL := $(BIN)/pytest --nbval --nbval-sanitize-with tests/sanitize.cfg
 test: venv assets
 	ATEN_CPU_CAPABILITY=default $(NBVAL) chapters
 	$(NBVAL)
+
+api: venv
+	$(BIN)/python -m decodelab.serve --model tiny-zh
 
 lab: venv
 	$(BIN)/jupyter lab $(ROOT_FLAG) --notebook-dir=exercises
@@ -88,6 +92,7 @@ bench: venv
 	$(BIN)/python benchmarks/attention.py
 	$(BIN)/python benchmarks/roofline.py
 	$(BIN)/python benchmarks/speculative.py
+	$(BIN)/python benchmarks/load.py
 
 clean:
 	rm -rf _build .pytest_cache .jupyter_cache

@@ -112,3 +112,29 @@ def test_speculative_benchmark_smoke(tmp_path):
         assert 0.0 <= row["acceptance_rate"] <= 1.0 and row["spec_ms_per_token"] > 0
     model_rows = [row for row in result["rows"] if row["draft"] == "tiny-zh-doc-small"]
     assert model_rows[1]["tokens_per_target_forward"] > model_rows[0]["tokens_per_target_forward"]
+
+
+def test_load_benchmark_smoke(tmp_path):
+    """200 concurrent streaming clients against the server on 127.0.0.1: every request completes or is refused."""
+    out = tmp_path / "load.json"
+    table = run_benchmark("load.py", out)
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert [(r["batching"], r["rate"]) for r in runs] == [("continuous", 16.0), ("continuous", "burst")]
+    assert "TTFT p99 ms" in table
+    burst = runs[1]
+    assert burst["requests"] == 200 and burst["peak_in_flight"] == 200
+    for run in runs:
+        assert run["lost"] == 0 and run["completed"] + run["refused"] == run["requests"], run
+        assert 0 < run["ttft_p50_s"] <= run["ttft_p99_s"] and run["throughput_tok_s"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--base-url", "http://example.com:8000/v1"], "must be on loopback"),
+    (["--rates", "fast"], "--rates takes numbers"),
+    (["--requests", "0"], "--requests must be >= 1"),
+])
+def test_load_benchmark_refuses_bad_arguments(args, message):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "load.py"), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and message in done.stderr

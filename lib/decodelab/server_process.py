@@ -5,6 +5,8 @@ For the tests, the load benchmark and the serving chapter, which all talk to a r
     with LocalServer("--model", "tiny-zh", "--max-num-seqs", "8") as server:
         client = OpenAI(base_url=server.base_url, api_key="unused")
 
+    server = LocalServer("--model", "tiny-zh").start()     # across notebook cells; server.stop() at the end
+
 Taught in: chapters/07c-serving.ipynb
 """
 from __future__ import annotations
@@ -43,6 +45,15 @@ class LocalServer:
                                                              # that could fill and block it)
 
     def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> LocalServer:
+        """Start the server and wait until /health answers (also what `with LocalServer(...)` does)."""
+        if self.process is not None:
+            raise RuntimeError("this LocalServer was started already")
         env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
         self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         self.process = subprocess.Popen([sys.executable, "-m", "decodelab.serve", *self.args, "--host", HOST,
@@ -51,16 +62,19 @@ class LocalServer:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with code {self.process.returncode}:\n{self.stderr()[-3000:]}")
+                log = self.stderr()
+                self.stop()
+                raise RuntimeError(f"the server exited with code {self.process.returncode}:\n{log[-3000:]}")
             try:
                 if httpx.get(f"http://{HOST}:{self.port}/health", timeout=1.0).status_code == 200:
                     return self
             except httpx.TransportError:
                 time.sleep(0.1)
-        self.__exit__(None, None, None)
+        self.stop()
         raise TimeoutError(f"the server did not answer /health within {self.startup_timeout} s")
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s); calling it twice is harmless."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
