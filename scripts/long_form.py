@@ -18,6 +18,7 @@ Takes about 15 minutes on one CPU thread, so chapter 03 reads the committed JSON
 
     python scripts/long_form.py                    # writes chapters/data/03-long-form.json
     python scripts/long_form.py --prompts 40 --out /tmp/lf.json   # a quick look
+    python scripts/long_form.py --only penalties   # recompute one section, keep the rest of the committed JSON
 
 Taught in: chapters/03-strategies.ipynb
 """
@@ -261,10 +262,16 @@ def penalties(model, tokenizer, lang, prompts) -> dict:
     return out
 
 
+SECTIONS = ("sweeps", "tail", "spread", "reinforcement", "penalties")  # independent of the table and of each other,
+                                                                      # computed in this order
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--only", choices=SECTIONS, help="recompute this section alone and keep the others from the "
+                                                         "JSON already at --out (same --prompts)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()
@@ -275,21 +282,27 @@ def main() -> None:
     prompts = ["".join(s[:PROMPT_SENTENCES]) for s in split]
     humans = ["".join(s[PROMPT_SENTENCES:]) for s in split]
     print(f"{len(set(prompts))} distinct prompts of {len(prompts)}", flush=True)
+    sections = {"sweeps": lambda: sweeps(model, tokenizer, lang, prompts),
+                "tail": lambda: tail(model, tokenizer, lang, lang.sample(60, seed=HUMAN_SEED + 1)),
+                "spread": lambda: spread(model, tokenizer, lang, prompts[:40]),
+                "reinforcement": lambda: reinforcement(model, tokenizer, lang, prompts[:100]),
+                "penalties": lambda: penalties(model, tokenizer, lang, prompts)}
+    if args.only:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        if result["num_prompts"] != len(prompts):
+            raise SystemExit(f"{args.out} was made with {result['num_prompts']} prompts, not --prompts {len(prompts)}")
+        result[args.only] = sections[args.only]()
+        args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.only} into {args.out} in {round(time.time() - start)} s")
+        return
     result = {"model": MODEL, "max_tokens": MAX_TOKENS, "num_prompts": len(prompts),
               "distinct_prompts": len(set(prompts)), "num_beams": NUM_BEAMS, "entropy_rate": lang.entropy_rate()}
     result["table"], outputs = table(model, tokenizer, lang, prompts, humans)
     result["examples"] = {"prompt": prompts[0], "true": humans[0],
                           **{name: outputs[name][0] for name in ("greedy", f"beam (b={NUM_BEAMS})", "pure sampling")}}
-    print("sweeps", flush=True)
-    result["sweeps"] = sweeps(model, tokenizer, lang, prompts)
-    print("tail", flush=True)
-    result["tail"] = tail(model, tokenizer, lang, lang.sample(60, seed=HUMAN_SEED + 1))
-    print("spread", flush=True)
-    result["spread"] = spread(model, tokenizer, lang, prompts[:40])
-    print("reinforcement", flush=True)
-    result["reinforcement"] = reinforcement(model, tokenizer, lang, prompts[:100])
-    print("penalties", flush=True)
-    result["penalties"] = penalties(model, tokenizer, lang, prompts)
+    for name, compute in sections.items():
+        print(name, flush=True)
+        result[name] = compute()
     result["seconds"] = round(time.time() - start)
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out} in {result['seconds']} s")

@@ -70,10 +70,10 @@ def test_ban_with_the_repetition_penalty_in_process_logits_and_sample():
 def test_no_history_or_a_history_alone_is_refused():
     with pytest.raises(ValueError, match="output_tokens"):
         sample(torch.randn(1, 5), SamplingParams(no_repeat_ngram_size=2))
-    with pytest.raises(ValueError, match="ngram_tokens"):
-        sample(torch.randn(1, 5), SamplingParams(), ngram_tokens=[[1, 2]])
-    with pytest.raises(ValueError, match=r"ngram_tokens\[0\]"):
-        sample(torch.randn(1, 5), SamplingParams(no_repeat_ngram_size=2), output_tokens=[[1]], ngram_tokens=[[-3]])
+    with pytest.raises(ValueError, match="prompt_tokens goes with output_tokens"):
+        sample(torch.randn(1, 5), SamplingParams(), prompt_tokens=[[1, 2]])
+    with pytest.raises(ValueError, match=r"prompt_tokens\[0\]"):
+        sample(torch.randn(1, 5), SamplingParams(no_repeat_ngram_size=2), output_tokens=[[1]], prompt_tokens=[[-3]])
 
 
 def test_nan_at_a_banned_token_is_still_reported():

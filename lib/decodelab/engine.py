@@ -342,11 +342,12 @@ class Engine:
 
     def _sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
         params = [s.params for s in seqs]
-        penalised = any(p.has_penalties for p in params)
-        outputs = [s.output_token_ids for s in seqs] if penalised else None
-        # the n-gram ban sees the prompt too, as transformers' does; the penalties see the output only
-        histories = [s.token_ids for s in seqs] if any(p.no_repeat_ngram_size > 0 for p in params) else None
-        return sample(logits, params, [s.generator for s in seqs], outputs, ngram_tokens=histories).tolist()
+        generators = [s.generator for s in seqs]
+        if not any(p.has_penalties for p in params):
+            return sample(logits, params, generators).tolist()
+        # what each penalty sees is decodelab.penalties' rule, the same as generate()'s
+        return sample(logits, params, generators, [s.output_token_ids for s in seqs],
+                      prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs]).tolist()
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, seqs: list[SequenceState], tokens: list[int]) -> list[TokenLogprob | None]:

@@ -112,8 +112,9 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     still-running prompt per step (in prompt order). Each prompt stops at EOS (unless `ignore_eos`), at one of its
     `stop_token_ids` ("stop"), or after `max_tokens` tokens or when prompt + output fill the model's context
     ("length"; a longer prompt is an error), as `Engine` does. With temperature 0 the tokens equal
-    `model.generate(do_sample=False)` token for token. Penalties and `no_repeat_ngram_size` see the prompt and the
-    generated tokens, as transformers' processors do (its padding excluded).
+    `model.generate(do_sample=False)` token for token. The repetition penalty and `no_repeat_ngram_size` see the prompt
+    and the generated tokens (as transformers' processors do, its padding excluded), frequency and presence penalties
+    the generated tokens only (as vLLM and OpenAI define them); `Engine` applies the same rule.
 
     Taught in: chapters/04-autoregressive.ipynb
     """
@@ -154,9 +155,10 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids], device=device)  # [B, L]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, L]: 0 at each prompt's first real token
     generators = [make_generator(p.seed, device) for p in params]
-    # penalties and the n-gram ban see the prompt and the output; one growing tensor, -1 where a row is padded
-    history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L + t]
-               if any(p.has_penalties for p in params) else None)
+    # the penalties' view of the text: the prompts, -1 where a row is padded, and the output so far (no padding)
+    prompt_history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L]
+                      if any(p.has_penalties for p in params) else None)
+    output_history = torch.empty(batch, 0, dtype=torch.long, device=device)  # [B, t]
     context = model_context(model)  # as the engine does, a sequence stops ("length") when it fills the context
     generated: list[list[int]] = [[] for _ in ids]
     texts = [""] * batch
@@ -164,9 +166,11 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
 
     logits, cache = model_step(model, input_ids, None, mask, positions)  # prefill
     while True:
-        sampled = sample(logits[:, -1, :], params, generators, history)  # [B]
-        if history is not None:
-            history = torch.cat([history, sampled.to(history.dtype).unsqueeze(1)], dim=1)
+        if prompt_history is None:
+            sampled = sample(logits[:, -1, :], params, generators)  # [B]
+        else:
+            sampled = sample(logits[:, -1, :], params, generators, output_history, prompt_tokens=prompt_history)
+            output_history = torch.cat([output_history, sampled.unsqueeze(1)], dim=1)
         next_tokens = sampled.tolist()
         for i in range(batch):
             if not running[i]:

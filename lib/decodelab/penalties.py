@@ -1,6 +1,11 @@
 """Repetition, frequency and presence penalties and the no-repeat-n-gram ban over the tokens each row has seen, one
 value per row.
 
+What each one sees is what transformers and vLLM define: the repetition penalty and the n-gram ban see the prompt
+and the output (transformers' processors read all of `input_ids`), frequency and presence penalties the output only
+(OpenAI's and vLLM's definition: they count what the model has written). `generate` and `Engine` pass both, so the
+same `SamplingParams` give the same tokens in either.
+
 Split out of `decodelab.sampling`, which applies them first, before temperature and truncation (transformers' order:
 repetition penalty, then the n-gram ban; frequency and presence, which transformers lacks, sit between the two).
 
@@ -87,24 +92,26 @@ def banned_ngram_tokens(history: torch.Tensor, sizes: Sequence[int], vocab_size:
 
 
 def apply_penalties(x: torch.Tensor, rows: Sequence[SamplingParams], output_tokens,
-                    ngram_tokens=None) -> torch.Tensor:
-    """Repetition (divide positive logits, multiply negative ones, as transformers), then frequency and presence
-    (subtract count * frequency + [count > 0] * presence, as vLLM and OpenAI), then the no-repeat-n-gram ban (-inf
-    for each token that would repeat an n-gram, as transformers). `x` `[B, V]`; `output_tokens` and `ngram_tokens`
-    as `token_tensor` takes them: the ban sees `ngram_tokens` when given, else `output_tokens`."""
+                    prompt_tokens=None) -> torch.Tensor:
+    """Repetition (divide positive logits, multiply negative ones, as transformers) over prompt + output, then
+    frequency and presence (subtract count * frequency + [count > 0] * presence, as vLLM and OpenAI) over the output,
+    then the no-repeat-n-gram ban (-inf for each token that would repeat an n-gram of prompt + output, as
+    transformers). `x` `[B, V]`; `output_tokens` and `prompt_tokens` as `token_tensor` takes them (None: no prompt)."""
     batch, vocab_size = x.shape
     ids = token_tensor(output_tokens, batch, vocab_size, x.device)  # [B, T]
-    counts = token_counts(ids, batch, vocab_size, x.device).to(x.dtype)  # [B, V]
+    prompt = None if prompt_tokens is None else token_tensor(prompt_tokens, batch, vocab_size, x.device,
+                                                             "prompt_tokens")  # [B, L]
+    counts = token_counts(ids, batch, vocab_size, x.device).to(x.dtype)  # [B, V], the output only
     seen = counts > 0
     column = lambda values: torch.tensor(values, dtype=x.dtype, device=x.device).unsqueeze(1)  # noqa: E731
     if any(r.repetition_penalty != 1.0 for r in rows):
         penalty = column([r.repetition_penalty for r in rows])
-        x = torch.where(seen, torch.where(x < 0, x * penalty, x / penalty), x)
+        seen_anywhere = seen if prompt is None else seen | (token_counts(prompt, batch, vocab_size, x.device) > 0)
+        x = torch.where(seen_anywhere, torch.where(x < 0, x * penalty, x / penalty), x)
     if any(r.frequency_penalty != 0.0 or r.presence_penalty != 0.0 for r in rows):
         x = x - counts * column([r.frequency_penalty for r in rows]) - seen * column([r.presence_penalty for r in rows])
     if any(r.no_repeat_ngram_size > 0 for r in rows):
-        history = ids if ngram_tokens is None else token_tensor(ngram_tokens, batch, vocab_size, x.device,
-                                                                "ngram_tokens")  # [B, T']
+        history = ids if prompt is None else torch.cat([prompt, ids], dim=1)  # [B, L + T]; padding is dropped
         banned = banned_ngram_tokens(history, [r.no_repeat_ngram_size for r in rows], vocab_size)
         x = x.masked_fill(banned & torch.isfinite(x), float("-inf"))  # NaN and +inf stay, for the caller's check
     return x

@@ -191,7 +191,7 @@ def _check_rows(maxima: torch.Tensor) -> None:
 
 
 def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False,
-             ngram_tokens=None):
+             prompt_tokens=None):
     """Shared by `process_logits` and `sample`: returns the penalised logits `x` (not yet tempered), the rows' params,
     greedy rows, the blocks, (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, and the
     rows' temperatures `[B, 1]` (None when all are 1)."""
@@ -203,19 +203,23 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
     if output_tokens is not None:
-        x = apply_penalties(x, rows, output_tokens, ngram_tokens)  # keeps NaN, +inf and all -inf rows as they were
+        x = apply_penalties(x, rows, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
     elif any(r.has_penalties for r in rows):
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
-    elif ngram_tokens is not None:
-        raise ValueError("ngram_tokens replaces output_tokens for no_repeat_ngram_size only; pass output_tokens too")
+    elif prompt_tokens is not None:
+        raise ValueError("prompt_tokens goes with output_tokens (empty lists before the first token); "
+                         "pass output_tokens too")
     # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.topk)
     chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
     _check_rows(x if chunk_max is None else chunk_max)
-    greedy = [i for i, r in enumerate(rows) if r.greedy]
-    random_rows = [i for i, r in enumerate(rows) if not r.greedy]
+    # top_k = 1 keeps one token: the argmax, ties to the lowest id, exactly as temperature 0 (a threshold at the k-th
+    # value would keep every tied token and draw among them)
+    argmax_only = [r.greedy or r.top_k == 1 for r in rows]
+    greedy = [i for i, only in enumerate(argmax_only) if only]
+    random_rows = [i for i, only in enumerate(argmax_only) if not only]
     temperature = None  # [B, 1]
     if any(rows[i].temperature != 1.0 for i in random_rows):
-        temperature = torch.tensor([r.temperature if not r.greedy else 1.0 for r in rows], dtype=dtype,
+        temperature = torch.tensor([1.0 if only else r.temperature for r, only in zip(rows, argmax_only)], dtype=dtype,
                                    device=x.device).unsqueeze(1)
 
     def tempered(group: list[int]) -> torch.Tensor:  # [len(group), V]
@@ -262,21 +266,21 @@ def _min_p_and_typical(block: RowGroup, rows: list[SamplingParams]) -> None:
 def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
                    output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
                    method: str = "fast",
-                   ngram_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+                   prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
     """Apply each row's parameters to `logits` `[B, V]` and return new logits `[B, V]` (float32, or float64 for
     float64 input) in which removed tokens are -inf; softmax of the result is the distribution `sample` draws from.
 
     `params` is one `SamplingParams` for every row or one per row. `output_tokens` (`[B, T]` LongTensor with negative
-    padding, or B lists of ids) are the tokens the penalties and the n-gram ban see; it is required when a row sets
-    one. `ngram_tokens`, in the same form, gives the n-gram ban another history (the engine's: prompt + output, while
-    its penalties see the output only).
-    A greedy row (temperature 0) keeps only its argmax after penalties (top-k/top-p/min-p/typical do not apply to
-    it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the token greedy
-    decoding picks. `method` is "fast" (no sort of the vocabulary) or "sort" (the reference); both are exact.
+    padding, or B lists of ids) are the tokens generated so far, required when a row sets a penalty; `prompt_tokens`,
+    in the same form, the prompt. What each penalty sees is transformers' and vLLM's rule (`decodelab.penalties`):
+    repetition and the n-gram ban see prompt + output, frequency and presence the output only.
+    A greedy row (temperature 0, or top_k = 1) keeps only its argmax after penalties (top-k/top-p/min-p/typical do
+    not apply to it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the
+    token greedy decoding picks, the lowest id among tied maxima. `method` is "fast" (no sort of the vocabulary) or "sort" (the reference); both are exact.
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, _, greedy, blocks, _, _ = _process(logits, params, output_tokens, method, ngram_tokens=ngram_tokens)
+    x, _, greedy, blocks, _, _ = _process(logits, params, output_tokens, method, prompt_tokens=prompt_tokens)
     out = torch.full_like(x, NEG_INF)  # [B, V]
     for block in blocks:
         out.index_copy_(0, torch.tensor(block.rows, device=x.device), block.dense(x.shape[1]))
@@ -292,8 +296,8 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
            generators: Sequence[torch.Generator | None] | None = None,
            output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
            method: str = "fast",
-           ngram_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
-    """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `output_tokens` and `ngram_tokens` as in
+           prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `output_tokens` and `prompt_tokens` as in
     `process_logits`.
 
     Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
@@ -309,7 +313,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     Taught in: chapters/03-strategies.ipynb
     """
     x, rows, greedy, blocks, top_p_alone, temperature = _process(logits, params, output_tokens, method,
-                                                                 method == "fast", ngram_tokens)
+                                                                 method == "fast", prompt_tokens)
     batch = x.shape[0]
     if generators is None:
         generators = [None] * batch
