@@ -6,10 +6,10 @@ and the output (transformers' processors read all of `input_ids`), frequency and
 (OpenAI's and vLLM's definition: they count what the model has written). `generate` and `Engine` pass both, so the
 same `SamplingParams` give the same tokens in either.
 
-Split out of `decodelab.sampling`, which applies them first, before temperature and truncation (transformers' order:
+`decodelab.sampling` applies them first, before temperature and truncation (transformers' order:
 repetition penalty, then the n-gram ban; frequency and presence, which transformers lacks, sit between the two).
 
-    >>> from decodelab.sampling import SamplingParams
+    >>> from decodelab.params import SamplingParams
     >>> apply_penalties(torch.ones(1, 5), [SamplingParams(repetition_penalty=2.0)], [[1, 1]])[0, 1].item()
     0.5
 
@@ -18,12 +18,9 @@ Taught in: chapters/03-strategies.ipynb
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from decodelab.sampling import SamplingParams
+from decodelab.params import SamplingParams
 
 
 def is_token_id(value) -> bool:
