@@ -9,6 +9,7 @@ from decodelab.beam import beam_search
 from decodelab.generate import generate
 from decodelab.sampling import SamplingParams, make_generator
 from decodelab.toylang import ToyLanguage
+from decodelab.widgets.kernel_note import KernelNote
 from decodelab.widgets.playground import PlaygroundSettings, StrategyPlayground, render_html, run_playground
 from decodelab.widgets.stepper import AutoregressiveStepper, render_step_html, step_view
 
@@ -132,6 +133,44 @@ def test_stepper_is_repeatable_and_stops_at_the_end(tiny, lang):
     assert (f"{true_lp:.3f}" if true_lp > -math.inf else "已离开语言") in stepper.view.value
     assert repr(stepper) == ("AutoregressiveStepper(prompt='小明', steps=%d, temperature=1.0, top_k=0, top_p=1.0, "
                              "seed=5, lecture=False)" % len(stepper.steps))
+
+
+def _touchable(widget) -> list:
+    """Every control inside `widget` that a reader could operate (whatever has a `disabled` trait)."""
+    found = [widget] if widget.has_trait("disabled") else []
+    for child in getattr(widget, "children", ()):
+        found += _touchable(child)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["playground", "stepper"])
+def test_widget_says_it_needs_a_kernel_until_one_answers(tiny, lang, kind):
+    """Built (and saved) with its note shown and every control disabled; a ping from a view, which only a live
+    kernel receives, enables the controls and tells the view to hide the note."""
+    model, tok = tiny
+    if kind == "playground":
+        widget = StrategyPlayground(model, tok, lang, PlaygroundSettings(strategy="greedy"))
+    else:
+        widget = AutoregressiveStepper(model, tok, lang, initial_steps=2)
+    note = widget.children[0]
+    assert isinstance(note, KernelNote) and note.text.startswith("需要运行中的 Python 内核")
+    controls = _touchable(widget)
+    assert len(controls) >= 7 and set(map(id, controls)) == set(map(id, note.controls))
+    assert all(control.disabled for control in controls)
+    assert "0x" not in repr(note)
+
+    sent = []
+    note.send = sent.append
+    note._handle_custom_msg({"type": "something else"}, [])
+    assert sent == [] and all(control.disabled for control in controls)
+    note._handle_custom_msg({"type": "ping"}, [])
+    assert sent == [{"type": "live"}] and not any(control.disabled for control in controls)
+    assert note.text.startswith("需要")  # a message, not the synced state: a notebook saved later still says it
+
+
+def test_kernel_note_needs_a_text():
+    with pytest.raises(ValueError, match="text must be a non-empty str, got ''"):
+        KernelNote("", [])
 
 
 def test_stepper_html_grows_for_lectures(tiny, lang):

@@ -2,7 +2,8 @@
 
 `run_playground` does the work (generate with `decodelab.generate` or `decodelab.beam`, score with
 `decodelab.metrics`), `render_html` turns a result into an HTML table, and `StrategyPlayground` is a thin ipywidgets
-layer that re-runs on every change. Its first result is rendered when it is built, so the static HTML book shows it.
+layer that re-runs on every change. Its first result is rendered when it is built, so the static HTML book shows it,
+under a `KernelNote` that says the controls need a running kernel (they stay disabled until one answers).
 
 Taught in: chapters/03-strategies.ipynb
 """
@@ -20,9 +21,12 @@ from decodelab.generate import generate
 from decodelab.sampling import SamplingParams, sample_seed
 from decodelab.toylang import ToyLanguage
 from decodelab.validation import check_int
+from decodelab.widgets.kernel_note import KernelNote
 from decodelab.widgets.sliders import slider
 
 STRATEGIES = ("greedy", "beam search", "sampling")
+NEEDS_KERNEL = ("需要运行中的 Python 内核：在 JupyterLab 里打开本章（make lecture）并运行，才能操作；"
+                "下面是默认设置的结果。")
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,8 @@ class StrategyPlayground(widgets.VBox):
         for control in self._controls.values():
             control.observe(self._on_change, names="value")
         self._refresh()
-        super().__init__([widgets.HBox([widgets.VBox(list(self._controls.values())), self.view])])
+        self.note = KernelNote(NEEDS_KERNEL, list(self._controls.values()))
+        super().__init__([self.note, widgets.HBox([widgets.VBox(list(self._controls.values())), self.view])])
 
     def _on_change(self, _change=None) -> None:
         values = {name: control.value for name, control in self._controls.items()}

@@ -3,7 +3,8 @@
 `step_view` computes one step (the model's next-token distribution after the text so far, what the sampling
 parameters leave of it, the true distribution, and the token drawn with the request's own generator);
 `render_step_html` draws it; `AutoregressiveStepper` is a thin ipywidgets layer with "下一个 token" and "重来" buttons.
-It takes `initial_steps` steps when it is built, so the static HTML book shows a few steps already.
+It takes `initial_steps` steps when it is built, so the static HTML book shows a few steps already, under a
+`KernelNote` that says the buttons need a running kernel (they stay disabled until one answers).
 
 Taught in: chapters/04-autoregressive.ipynb
 """
@@ -20,7 +21,11 @@ from decodelab.probs import dense_probs
 from decodelab.sampling import SamplingParams, make_generator, process_logits, sample
 from decodelab.toylang import ToyLanguage
 from decodelab.validation import check_int
+from decodelab.widgets.kernel_note import KernelNote
 from decodelab.widgets.sliders import slider
+
+NEEDS_KERNEL = ("需要运行中的 Python 内核：在 JupyterLab 里打开本章（make lecture）并运行，才能操作；"
+                "下面是默认设置走了 {steps} 步的结果。")
 
 
 @dataclass(frozen=True)
@@ -140,9 +145,10 @@ class AutoregressiveStepper(widgets.VBox):
         self.reset()
         for _ in range(initial_steps):
             self.step()
-        controls = widgets.VBox([self._prompt, self._temperature, self._top_k, self._top_p, self._seed,
-                                 widgets.HBox([self._next, self._reset])])
-        super().__init__([widgets.HBox([controls, self.view])])
+        inputs = [self._prompt, self._temperature, self._top_k, self._top_p, self._seed, self._next, self._reset]
+        self.note = KernelNote(NEEDS_KERNEL.format(steps=initial_steps), inputs)
+        controls = widgets.VBox([*inputs[:5], widgets.HBox(inputs[5:])])
+        super().__init__([self.note, widgets.HBox([controls, self.view])])
 
     def params(self) -> SamplingParams:
         temperature = self._temperature.value
