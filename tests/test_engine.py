@@ -154,7 +154,7 @@ def test_bad_input_leaves_other_requests_intact(random_llama, prompts, reference
     for call, error, message in bad:
         with pytest.raises(error, match=message):
             call()
-    assert engine.has_unfinished() and len(engine.scheduler.waiting) + len(engine.scheduler.running) == 1
+    assert engine.has_unfinished() and len(engine.sequences()) == 1
     [other] = engine.generate([prompts[2]], GREEDY)        # drives the earlier request to its end as well
     assert other.token_ids == references[2]
     while engine.has_unfinished():

@@ -8,7 +8,8 @@ import torch
 
 from decodelab.async_engine import AsyncEngine, QueueFull
 from decodelab.detokenize import TextStream, truncate_at_stop
-from decodelab.engine import Completion, Engine, TokenEvent
+from decodelab.engine import Engine, TokenEvent
+from decodelab.requests import Completion
 from decodelab.sampling import SamplingParams
 from decodelab.validation import ParamError
 

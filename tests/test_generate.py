@@ -106,7 +106,7 @@ def test_penalties_in_a_padded_batch_equal_each_prompt_alone(random_llama):
 
 @pytest.mark.parametrize("kwargs, error, pattern", [
     (dict(prompts=[]), ValueError, "prompts"), (dict(prompts=[[1, -2]]), ValueError, r"prompts\[0\]"),
-    (dict(prompts=[[]]), ValueError, "empty"), (dict(prompts=["hi"]), ValueError, "tokenizer"),
+    (dict(prompts=[[]]), ValueError, "empty"), (dict(prompts=["hi"]), TypeError, "no tokenizer"),
     (dict(params=[GREEDY, GREEDY]), ValueError, "one per prompt"), (dict(params=["x"]), TypeError, r"params\[0\]"),
     (dict(stream="yes"), ValueError, "stream"),
 ])

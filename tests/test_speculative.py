@@ -197,8 +197,8 @@ class WrongDraft:
     (dict(params=SamplingParams(n=2)), "params.n must be 1"),
     (dict(params="greedy"), "params must be a SamplingParams"),
     (dict(params=SamplingParams(max_tokens=600)), "exceeds the target's context of 512 positions"),
-    (dict(prompt=[]), "prompt must be a string or a non-empty list of token ids"),
-    (dict(prompt=[1, 5000]), "prompt token ids must be < the vocabulary size 473, got 5000"),
+    (dict(prompt=[]), "prompt must hold at least one token, got an empty prompt"),
+    (dict(prompt=[1, 5000]), "prompt token ids must be in [0, 473), got 1..5000"),
 ])
 def test_bad_inputs_raise_clear_errors(models, kwargs, message):
     call = dict(prompt=INTRO, params=SamplingParams(max_tokens=4), draft=NgramDraft(), gamma=4) | kwargs

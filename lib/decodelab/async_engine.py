@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decodelab.engine import Completion, Engine, StepOutput, TokenEvent
+from decodelab.engine import Engine, StepOutput, TokenEvent
+from decodelab.requests import Completion
 from decodelab.sampling import SamplingParams
 from decodelab.validation import check_int
 

@@ -139,6 +139,11 @@ class Reservation:
     def block_ids(self) -> list[int]:
         return [] if self.start is None else list(range(self.start, self.start + self.num_tokens))
 
+    @property
+    def num_slots(self) -> int:
+        """Slots the table holds: the whole reservation once admitted, none before."""
+        return 0 if self.start is None else self.size
+
     def match_prefix(self, pool: FirstFitSlab, token_ids: Sequence[int]) -> int:
         """A contiguous run shares nothing: no prefix is ever reused."""
         if self.start is not None:

@@ -25,46 +25,19 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.contiguous import FirstFitSlab, Reservation
-from decodelab.detokenize import truncate_at_stop
 from decodelab.kv_cache import kv_bytes_per_token
-from decodelab.paged_model import PagedLlama, StepBatch
+from decodelab.paged_model import PagedLlama
 from decodelab.paged import BlockPool, BlockTable
-from decodelab.sampling import SamplingParams, make_generator, sample, sample_seed
-from decodelab.scheduler import Scheduler, SequenceState, Status
-from decodelab.tokenizer import encode_prompt
+from decodelab.requests import (Completion, TokenLogprob, eos_token_ids, finish_reason, output_text, prompt_token_ids,
+                                text_decoder)
+from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.scheduler import Schedule, Scheduler, SequenceState, Status
 from decodelab.truncation import take_rows
 from decodelab.validation import ParamError, check_int
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
 KV_LAYOUTS = ("paged", "contiguous")
 RESERVATIONS = ("max_tokens", "max_model_len")
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """A sampled token's log-probability under the model (raw logits, before temperature or truncation, as vLLM
-    reports them by default) and the `params.logprobs` most likely tokens with theirs, most likely first."""
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One finished request. `token_ids` are the generated tokens only (a stop or EOS token included); `text` ends
-    before the first stop string, if one was hit.
-
-    For n > 1, `token_ids`, `text`, `finish_reason` and `logprobs` are sample 0's and `samples` holds all n samples
-    (each a Completion with empty `samples`); for n = 1, `samples` is empty. `logprobs` has one entry per token when
-    the request asked for them (`SamplingParams.logprobs`), else None.
-    """
-    request_id: int
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str | None
-    finish_reason: str                     # "stop" (EOS, a stop token or stop string) or "length" (max_tokens, context)
-    samples: tuple[Completion, ...] = ()
-    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +64,9 @@ class EngineStats:
 
 @dataclass(frozen=True)
 class StepOutput:
-    """What one `Engine.step()` did, for the chapter's stepper."""
+    """What one `Engine.step()` did: the public observation API (the chapter's stepper, the server, metrics).
+    `plan` is the scheduler's decision for the step (`decodelab.scheduler.Schedule`: runs with their slots and
+    prefix-cache hits, block copies, preemptions, forks)."""
     kind: str                              # "prefill" | "decode" | "idle"
     new_tokens: dict[int, int]             # seq_id -> token sampled this step
     preempted: tuple[int, ...]             # seq_ids sent back to the waiting queue
@@ -102,6 +77,23 @@ class StepOutput:
     num_running: int                       # sequences holding blocks while the step ran
     num_waiting: int
     events: tuple[TokenEvent, ...] = ()    # the new tokens by request and sample, in batch order
+    plan: Schedule | None = None
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    """An unfinished sequence as observers (the chapter's stepper, scripts, metrics) see it, without the engine's
+    internals: `Engine.sequences()` lists them."""
+    seq_id: int
+    request_id: int
+    sample_index: int
+    status: str                            # "running" (holds blocks) or "waiting" (queued for a prefill)
+    block_ids: tuple[int, ...]             # its block table (a contiguous run's slots when kv_layout="contiguous")
+    num_tokens: int                        # tokens whose K/V its blocks hold
+    num_slots: int                         # slots its table holds (blocks × block_size, or the reservation)
+    num_prompt_tokens: int
+    num_output_tokens: int
+    max_tokens: int
 
 
 def _kv_memory_limit(device: torch.device) -> int | None:
@@ -166,35 +158,18 @@ class Engine:
             self.block_size = 1
             self.pool = FirstFitSlab(num_blocks * block_size)
         self.kv_cache = self.runner.allocate_kv_cache(self.pool.num_blocks, self.block_size)  # [L, 2, blocks, block_size, KVH, D]
-        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens)
-        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None) or model.config.eos_token_id
-        self.eos_token_ids = set([eos] if isinstance(eos, int) else (eos or []))
+        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, self._finish_reason)
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self._decode = text_decoder(tokenizer)
         self.completed: dict[int, Completion] = {}   # every finished request by id (generate() takes its own out)
         self._requests: dict[int, list[SequenceState]] = {}
         self._request_ids = itertools.count()
-        self._seq_ids = itertools.count()
         self._steps = self._prefill_tokens = self._decode_tokens = 0
         self._utilization_sum = 0.0
 
     # -- requests ------------------------------------------------------------------------------------------
     def _prompt_ids(self, prompt, name: str) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise TypeError(f"{name} is a string but the engine has no tokenizer; pass token ids")
-            prompt = encode_prompt(self.tokenizer, prompt, name)
-        if isinstance(prompt, torch.Tensor):
-            prompt = prompt.tolist()
-        if not isinstance(prompt, Sequence) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise TypeError(f"{name} must be a string or a list of token ids, got {prompt!r}")
-        if not prompt:
-            raise ParamError(name, f"{name} must hold at least one token, got an empty prompt")
-        if min(prompt) < 0 or max(prompt) >= self.runner.vocab_size:
-            raise ParamError(name, f"{name} token ids must be in [0, {self.runner.vocab_size}), "
-                                   f"got {min(prompt)}..{max(prompt)}")
-        if len(prompt) > self.max_model_len:
-            raise ParamError(name, f"{name} has {len(prompt)} tokens, longer than the model's context of "
-                                   f"{self.max_model_len}")
-        return list(prompt)
+        return prompt_token_ids(prompt, self.tokenizer, name, self.runner.vocab_size, self.max_model_len)
 
     def _check_request(self, prompt_ids: list[int], params, name: str) -> None:
         if not isinstance(params, SamplingParams):
@@ -246,14 +221,22 @@ class Engine:
         request_id = next(self._request_ids)
         table = (BlockTable(self.block_size) if self.kv_layout == "paged"
                  else Reservation(self._reservation_size(len(prompt_ids), params)))
-        seq = SequenceState(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params,
-                       table, make_generator(params.seed, self.runner.device), params.n - 1)
+        seq = self.scheduler.new_sequence(request_id, prompt_ids, params, table,
+                                          make_generator(params.seed, self.runner.device))
         self._requests[request_id] = [seq]
         self.scheduler.add(seq)
         return request_id
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def sequences(self) -> list[SequenceView]:
+        """Every unfinished sequence: the running ones (oldest first), then the waiting queue in order."""
+        def view(seq: SequenceState) -> SequenceView:
+            return SequenceView(seq.seq_id, seq.request_id, seq.sample_index, seq.status.value,
+                                tuple(seq.table.block_ids), seq.table.num_tokens, seq.table.num_slots,
+                                seq.num_prompt_tokens, len(seq.output_token_ids), seq.params.max_tokens)
+        return [view(s) for s in (*self.scheduler.running, *self.scheduler.waiting)]
 
     @property
     def max_num_seqs(self) -> int:
@@ -281,64 +264,49 @@ class Engine:
 
     # -- one step ------------------------------------------------------------------------------------------
     def step(self) -> StepOutput:
-        """Schedule, run the model once, sample one token for every scheduled sequence, retire finished ones."""
-        plan = self.scheduler.schedule()
+        """One iteration, top to bottom: the scheduler plans it, the runner runs the model, the sampler draws,
+        the scheduler postprocesses. Everything about where K/V go is decided before the model runs (`plan`)."""
+        plan = self.scheduler.schedule()                 # who runs, their slots, block copies, preemptions, forks
         if plan.kind == "idle":
-            return StepOutput("idle", {}, (), (), {}, 0, 0, 0, len(self.scheduler.waiting))
-        for src, dst in plan.copies:
-            self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
-        runs = []
-        for seq in plan.seqs:
-            start = seq.table.num_tokens - len(seq.new_slots)
-            runs.append((seq.token_ids[start:], start, seq.new_slots, seq.table.block_ids))
-        logits = self.runner.forward(StepBatch.build(runs, self.runner.device), self.kv_cache)  # [B, V]
+            return StepOutput("idle", {}, (), (), {}, 0, 0, 0, self.num_waiting, plan=plan)
+        logits = self.runner.run(plan, self.kv_cache)     # [len(plan.runs), V]; the copies, then one forward
+        holding = self._account(plan)                    # (live slots, allocated slots, sequences holding blocks)
+        rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
+        row_logits = take_rows(logits, rows)              # [len(seqs), V]; forks draw from their prompt's row
+        tokens = self._sample(row_logits, seqs)
+        logprobs = self._logprobs(row_logits, seqs, tokens)
+        reasons = self.scheduler.postprocess(plan, tokens)   # append, finish, free blocks
+        return self._output(plan, seqs, tokens, logprobs, reasons, *holding)
+
+    def _account(self, plan: Schedule) -> tuple[int, int, int]:
+        """Count the step's tokens; return, as the model ran, the slots holding live K/V, the slots allocated and
+        the sequences holding blocks."""
         live, allocated = self.pool.filled_slots(), self.pool.num_used_blocks * self.block_size
-        num_running = len(self.scheduler.running)
         self._steps += 1
         self._utilization_sum += live / allocated
-        num_new = sum(len(s.new_slots) for s in plan.seqs)
+        num_new = sum(len(run.token_ids) for run in plan.runs)
         if plan.kind == "prefill":
             self._prefill_tokens += num_new
         else:
             self._decode_tokens += num_new
-        rows, seqs = self._fork_samples(plan.seqs)
-        row_logits = take_rows(logits, rows)                  # [len(seqs), V]; no copy unless a request forked
-        tokens = self._sample(row_logits, seqs)
-        logprobs = self._logprobs(row_logits, seqs, tokens)
-        finished, events = [], []
-        for seq, token, logprob in zip(seqs, tokens, logprobs):
-            seq.token_ids.append(token)
+        return live, allocated, len(self.scheduler.running)
+
+    def _output(self, plan: Schedule, seqs: list[SequenceState], tokens: list[int],
+                logprobs: list[TokenLogprob | None], reasons: list[str | None], live: int, allocated: int,
+                num_running: int) -> StepOutput:
+        for child in plan.forks:                          # the request's other samples, started by this prefill
+            self._requests[child.request_id].append(child)
+        events = []
+        for seq, token, logprob, reason in zip(seqs, tokens, logprobs, reasons):
             if logprob is not None:
                 seq.logprobs.append(logprob)
-            reason = self._finish_reason(seq, token)
             events.append(TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason))
-            if reason is not None:
-                self.scheduler.finish(seq, reason)
-                done = self._maybe_complete(seq.request_id)
-                if done is not None:
-                    finished.append(done)
+        ended = dict.fromkeys(seq.request_id for seq, reason in zip(seqs, reasons) if reason is not None)
+        finished = [done for done in map(self._maybe_complete, ended) if done is not None]
         tables = {s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}
-        return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)}, tuple(s.seq_id for s in plan.preempted),
-                          tuple(finished), tables, live, allocated, num_running, len(self.scheduler.waiting),
-                          tuple(events))
-
-    def _fork_samples(self, scheduled: list[SequenceState]) -> tuple[list[int], list[SequenceState]]:
-        """After a prompt's prefill, start its n - 1 siblings on the same blocks; they sample from the same row."""
-        rows, seqs = [], []
-        for row, seq in enumerate(scheduled):
-            rows.append(row)
-            seqs.append(seq)
-            for i in range(1, seq.num_forks + 1):
-                seed = sample_seed(seq.params.seed, i)
-                child = SequenceState(next(self._seq_ids), seq.request_id, i, list(seq.token_ids),
-                                      seq.num_prompt_tokens, seq.params, seq.table,
-                                      make_generator(seed, self.runner.device))
-                self.scheduler.fork(seq, child)
-                self._requests[seq.request_id].append(child)
-                rows.append(row)
-                seqs.append(child)
-            seq.num_forks = 0
-        return rows, seqs
+        return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)},
+                          tuple(s.seq_id for s in plan.preempted), tuple(finished), tables, live, allocated,
+                          num_running, self.num_waiting, tuple(events), plan)
 
     def _sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
         params = [s.params for s in seqs]
@@ -367,13 +335,8 @@ class Engine:
         return out
 
     def _finish_reason(self, seq: SequenceState, token: int) -> str | None:
-        if token in seq.params.stop_token_ids or (token in self.eos_token_ids and not seq.params.ignore_eos):
-            return "stop"
-        if seq.params.stop and truncate_at_stop(self._decode(seq.output_token_ids), seq.params.stop)[1]:
-            return "stop"
-        if len(seq.output_token_ids) >= seq.params.max_tokens or len(seq.token_ids) >= self.max_model_len:
-            return "length"
-        return None
+        return finish_reason(seq.params, token, seq.output_token_ids, len(seq.token_ids), self.eos_token_ids,
+                             self.max_model_len, self._decode)
 
     def _maybe_complete(self, request_id: int) -> Completion | None:
         seqs = self._requests[request_id]
@@ -381,7 +344,7 @@ class Engine:
             return None
         del self._requests[request_id]
         samples = [Completion(request_id, s.token_ids[:s.num_prompt_tokens], s.output_token_ids,
-                              self._text(s.output_token_ids, s.params), s.finish_reason,
+                              output_text(s.output_token_ids, s.params, self._decode), s.finish_reason,
                               logprobs=tuple(s.logprobs) if s.params.logprobs is not None else None)
                    for s in sorted(seqs, key=lambda s: s.sample_index)]
         first = samples[0]
@@ -389,14 +352,6 @@ class Engine:
                           tuple(samples) if len(samples) > 1 else (), first.logprobs)
         self.completed[request_id] = done
         return done
-
-    def _decode(self, token_ids: list[int]) -> str | None:
-        return None if self.tokenizer is None else self.tokenizer.decode(token_ids, skip_special_tokens=True)
-
-    def _text(self, token_ids: list[int], params: SamplingParams) -> str | None:
-        """The text of an output: decoded, and cut before the first stop string."""
-        text = self._decode(token_ids)
-        return text if text is None or not params.stop else truncate_at_stop(text, params.stop)[0]
 
     # -- whole runs ----------------------------------------------------------------------------------------
     def generate(self, prompts, params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:

@@ -20,17 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.sampling import SamplingParams, make_generator, sample
-from decodelab.tokenizer import encode_prompt
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One prompt's result: the generated token ids (EOS or the stop token included when it ended on one), their
-    text (special tokens skipped; None without a tokenizer), and why it ended: "stop" or "length"."""
-
-    token_ids: list[int]
-    text: str | None
-    finish_reason: str
+from decodelab.detokenize import TextStream
+from decodelab.requests import Completion, eos_token_ids, finish_reason, output_text, prompt_token_ids, text_decoder
 
 
 @dataclass(frozen=True)
@@ -63,15 +54,6 @@ def _cache_argument(forward) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def _eos_ids(model, tokenizer) -> set[int]:
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return set()
-    return {int(eos)} if isinstance(eos, int) else {int(t) for t in eos}
-
-
 def model_context(model) -> int | None:
     """The model's context length (`max_position_embeddings`), or None when its config does not say."""
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -84,43 +66,34 @@ def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
         raise ValueError(f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
 
 
-def _prompt_ids(tokenizer, prompts) -> list[list[int]]:
-    if isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+def prompt_batch(model, tokenizer, prompts) -> list[list[int]]:
+    """The token ids of `prompts`: one string or token-id list, or a list of them; each checked by
+    `decodelab.requests.prompt_token_ids` as the engine checks its prompts (named prompts[i])."""
+    if isinstance(prompts, (str, torch.Tensor)) or (isinstance(prompts, Sequence) and prompts
+                                                    and isinstance(prompts[0], int)):
         prompts = [prompts]
     if not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of strings or of token-id lists, got {prompts!r}")
-    ids = []
-    for i, prompt in enumerate(prompts):
-        if isinstance(prompt, str):
-            if tokenizer is None:
-                raise ValueError(f"prompts[{i}] is text, which needs a tokenizer; got tokenizer=None")
-            ids.append(encode_prompt(tokenizer, prompt, f"prompts[{i}]"))
-        elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                   for t in prompt):
-            ids.append(list(prompt))
-        else:
-            raise ValueError(f"prompts[{i}] must be a string or a list of token ids >= 0, got {prompt!r}")
-        if not ids[-1]:
-            raise ValueError(f"prompts[{i}] is empty; every prompt needs at least one token")
-    return ids
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return [prompt_token_ids(p, tokenizer, f"prompts[{i}]", vocab_size, model_context(model))
+            for i, p in enumerate(prompts)]
 
 
 def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[SamplingParams],
              stream: bool = False) -> list[Completion] | Iterator[StepEvent]:
     """Generate for `prompts` (a string, a list of strings, or token-id lists) with one `SamplingParams` for all or
-    one per prompt. Returns a `Completion` per prompt, or with `stream=True` an iterator of `StepEvent`s, one per
-    still-running prompt per step (in prompt order). Each prompt stops at EOS (unless `ignore_eos`), at one of its
-    `stop_token_ids` ("stop"), or after `max_tokens` tokens or when prompt + output fill the model's context
-    ("length"; a longer prompt is an error), as `Engine` does. With temperature 0 the tokens equal
+    one per prompt. Returns a `decodelab.requests.Completion` per prompt (its `request_id` is the prompt's index), or
+    with `stream=True` an iterator of `StepEvent`s, one per still-running prompt per step (in prompt order). Prompts
+    are checked and samples end by the engine's rules (`decodelab.requests`): at EOS (unless `ignore_eos`), a stop
+    token or a stop string ("stop"; the text ends before the stop string), or after `max_tokens` tokens or when
+    prompt + output fill the model's context ("length"; a longer prompt is an error). With temperature 0 the tokens equal
     `model.generate(do_sample=False)` token for token. The repetition penalty and `no_repeat_ngram_size` see the prompt
     and the generated tokens (as transformers' processors do, its padding excluded), frequency and presence penalties
     the generated tokens only (as vLLM and OpenAI define them); `Engine` applies the same rule.
 
     Taught in: chapters/04-autoregressive.ipynb
     """
-    ids = _prompt_ids(tokenizer, prompts)
-    for i, prompt in enumerate(ids):
-        check_prompt_fits(len(prompt), model_context(model), f"prompts[{i}]")
+    ids = prompt_batch(model, tokenizer, prompts)
     if isinstance(params, SamplingParams):
         params = [params] * len(ids)
     if isinstance(params, (str, bytes)) or not isinstance(params, Sequence) or len(params) != len(ids):
@@ -139,15 +112,17 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
         tokens[event.index].append(event.token_id)
         if event.finish_reason is not None:
             reasons[event.index] = event.finish_reason
-    return [Completion(t, None if tokenizer is None else tokenizer.decode(t, skip_special_tokens=True), r)
-            for t, r in zip(tokens, reasons)]
+    decode = text_decoder(tokenizer)
+    return [Completion(i, prompt, t, output_text(t, p, decode), r)
+            for i, (prompt, t, r, p) in enumerate(zip(ids, tokens, reasons, params))]
 
 
 @torch.no_grad()
 def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
          stream_text: bool) -> Iterator[StepEvent]:
     device = next(model.parameters()).device
-    eos = _eos_ids(model, tokenizer)
+    eos = eos_token_ids(model, tokenizer)
+    decode = text_decoder(tokenizer)
     pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
     pad_id = pad_id if pad_id is not None else (getattr(model.config, "pad_token_id", None) or 0)
     batch, width = len(ids), max(len(p) for p in ids)
@@ -161,7 +136,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     output_history = torch.empty(batch, 0, dtype=torch.long, device=device)  # [B, t]
     context = model_context(model)  # as the engine does, a sequence stops ("length") when it fills the context
     generated: list[list[int]] = [[] for _ in ids]
-    texts = [""] * batch
+    texts = [TextStream(p.stop) for p in params]  # what a stream may send: never text a stop string takes back
     running = [True] * batch
 
     logits, cache = model_step(model, input_ids, None, mask, positions)  # prefill
@@ -177,17 +152,13 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
                 continue
             token = next_tokens[i]
             generated[i].append(token)
-            reason = None
-            if (token in eos and not params[i].ignore_eos) or token in params[i].stop_token_ids:
-                reason = "stop"
-            elif len(generated[i]) >= params[i].max_tokens or (
-                    context is not None and len(ids[i]) + len(generated[i]) >= context):
-                reason = "length"
+            reason = finish_reason(params[i], token, generated[i], len(ids[i]) + len(generated[i]), eos, context,
+                                   decode)
             running[i] = reason is None
             delta = None
-            if stream_text and tokenizer is not None:  # decode the whole text: a token alone may not be printable
-                text = tokenizer.decode(generated[i], skip_special_tokens=True)
-                delta, texts[i] = text[len(texts[i]):], text
+            if stream_text and decode is not None:
+                text = output_text(generated[i], params[i], decode)
+                delta = texts[i].push(text) if reason is None else texts[i].finish(text)
             yield StepEvent(i, token, delta, reason)
         if not any(running):
             return

@@ -17,7 +17,7 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt
 
-from decodelab.engine import Completion, TokenLogprob
+from decodelab.requests import Completion, TokenLogprob
 from decodelab.sampling import SamplingParams
 from decodelab.validation import ParamError
 

@@ -181,6 +181,11 @@ class BlockTable:
         self.num_tokens = 0                 # tokens whose K/V slots are written
         self._hashes: list[int] = []        # chained hash of each full block
 
+    @property
+    def num_slots(self) -> int:
+        """Slots the table holds: whole blocks, the last one possibly part empty."""
+        return len(self.block_ids) * self.block_size
+
     def slot(self, position: int) -> int:
         """Flat slot index of token `position` in the pool: block_id × block_size + offset."""
         if not 0 <= position < len(self.block_ids) * self.block_size:

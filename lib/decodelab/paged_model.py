@@ -163,6 +163,15 @@ class PagedLlama:
                            dtype=self.dtype, device=self.device)
 
     @torch.inference_mode()
+    def run(self, plan, kv_cache: torch.Tensor) -> torch.Tensor:
+        """One engine step's model work for a `decodelab.scheduler.Schedule`: the plan's copy-on-write block copies,
+        then one forward over its runs. Returns float32 logits `[len(plan.runs), V]`, one row per run."""
+        for src, dst in plan.copies:
+            kv_cache[:, :, dst] = kv_cache[:, :, src]
+        runs = [(run.token_ids, run.start, run.slots, run.seq.table.block_ids) for run in plan.runs]
+        return self.forward(StepBatch.build(runs, self.device), kv_cache)
+
+    @torch.inference_mode()
     def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
         """Run the step's tokens, writing their K/V; return float32 logits of each sequence's last token [B, V]
         (or of every token [T, V] when `all_logits`)."""

@@ -13,14 +13,17 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 import torch
 
 from decodelab.paged import BlockPool, BlockTable
-from decodelab.sampling import SamplingParams
+from decodelab.params import SamplingParams
+from decodelab.sampling import make_generator, sample_seed
 
 
 class Status(Enum):
@@ -43,8 +46,6 @@ class SequenceState:
     num_forks: int = 0                        # siblings to fork off once the prompt is prefilled (n - 1)
     status: Status = Status.WAITING
     finish_reason: str | None = None
-    new_slots: list[int] = field(default_factory=list)   # slots of this step's new tokens
-    num_cached_tokens: int = 0                # tokens of this step's prefill served by the prefix cache
     logprobs: list = field(default_factory=list)   # engine.TokenLogprob per output token, when asked for
 
     @property
@@ -56,33 +57,76 @@ class SequenceState:
         """Sequences it will occupy once running (itself and the siblings it forks)."""
         return 1 + self.num_forks
 
+    def spawn(self, seq_id: int, index: int, table: BlockTable) -> SequenceState:
+        """Sample `index` of the same request, on `table` (a fork of this sequence's), with its own seed stream."""
+        device = self.generator.device if self.generator is not None else "cpu"
+        return SequenceState(seq_id, self.request_id, index, list(self.token_ids), self.num_prompt_tokens,
+                             self.params, table, make_generator(sample_seed(self.params.seed, index), device),
+                             status=Status.RUNNING)
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    """One sequence's part of a step: the tokens it feeds the model and the KV slots they are written to."""
+    seq: SequenceState
+    token_ids: list[int]                      # new tokens (the whole uncached prompt for a prefill, else one)
+    start: int                                # position of the first of them
+    slots: list[int]                          # KV slot of each new token
+    num_cached: int = 0                       # prompt tokens the prefix cache already held (prefill only)
+
 
 @dataclass(frozen=True)
 class Schedule:
-    """The plan of one step: prefill or decode, the sequences in it, KV block copies, who was preempted."""
+    """The plan of one step, decided before the model runs and read by everything after it.
+
+    `runs` has one entry per model row; `samples` one (row, sequence) per token to draw: each run, and after a
+    prefill the request's other n - 1 samples (`forks`), which share their prompt's blocks and draw from its row.
+    """
     kind: str                                  # "prefill" | "decode" | "idle"
-    seqs: list[SequenceState]
-    copies: list[tuple[int, int]]              # (src, dst) blocks to copy before the step (copy-on-write)
+    runs: list[ScheduledRun]
+    copies: list[tuple[int, int]]              # (src, dst) blocks to copy before the forward (copy-on-write)
     preempted: list[SequenceState]
+    forks: list[SequenceState] = field(default_factory=list)
+    samples: list[tuple[int, SequenceState]] = field(default_factory=list)
+
+    @property
+    def seqs(self) -> list[SequenceState]:
+        return [run.seq for run in self.runs]
+
+
+FinishRule = Callable[[SequenceState, int], "str | None"]
 
 
 class Scheduler:
-    """Waiting queue, running list and the block pool they share.
+    """Waiting queue, running list and the block pool they share. Each step is `schedule()` (the plan: who runs,
+    where their K/V go, which blocks to copy, who was preempted, which samples fork) and, once the tokens are drawn,
+    `postprocess(plan, tokens)` (append them, finish sequences by `finish_rule`, free their blocks).
 
     Example:
-        scheduler = Scheduler(BlockPool(64, 16), max_num_seqs=8, max_num_batched_tokens=2048)
-        scheduler.add(seq); plan = scheduler.schedule()   # plan.kind == "prefill"
+        scheduler = Scheduler(BlockPool(64, 16), max_num_seqs=8, max_num_batched_tokens=2048,
+                              finish_rule=lambda seq, token: "stop" if token == 2 else None)
+        scheduler.add(scheduler.new_sequence(0, prompt_ids, params, BlockTable(16), None))
+        plan = scheduler.schedule()            # plan.kind == "prefill"
     Taught in: chapters/07-paged-attention.ipynb
     """
 
-    def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int,
+                 finish_rule: FinishRule) -> None:
         self.pool = pool
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.finish_rule = finish_rule
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []      # oldest first
         self.num_preemptions = 0
         self.num_cached_tokens = 0
+        self._seq_ids = itertools.count()
+
+    def new_sequence(self, request_id: int, prompt_ids: list[int], params: SamplingParams, table: BlockTable,
+                     generator: torch.Generator | None) -> SequenceState:
+        """Sample 0 of a request (it forks the other n - 1 after its prefill)."""
+        return SequenceState(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params, table,
+                             generator, params.n - 1)
 
     def add(self, seq: SequenceState) -> None:
         self.waiting.append(seq)
@@ -90,20 +134,26 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    # -- before the model runs -----------------------------------------------------------------------------
     def schedule(self) -> Schedule:
         prefill = self._schedule_prefill()
         if prefill:
-            return Schedule("prefill", prefill, [], [])
+            forks, samples = [], []
+            for row, run in enumerate(prefill):              # each prompt's samples draw from its row
+                children = self._fork(run.seq)
+                forks += children
+                samples += [(row, seq) for seq in (run.seq, *children)]
+            return Schedule("prefill", prefill, [], [], forks, samples)
         if not self.running:
             return Schedule("idle", [], [], [])
         return self._schedule_decode()
 
-    def _schedule_prefill(self) -> list[SequenceState]:
-        scheduled: list[SequenceState] = []
+    def _schedule_prefill(self) -> list[ScheduledRun]:
+        scheduled: list[ScheduledRun] = []
         num_tokens = 0
         while self.waiting:
             seq = self.waiting[0]
-            if len(self.running) + sum(s.width for s in scheduled) + seq.width > self.max_num_seqs:
+            if len(self.running) + sum(r.seq.width for r in scheduled) + seq.width > self.max_num_seqs:
                 break
             cached = seq.table.match_prefix(self.pool, seq.token_ids)
             new_tokens = seq.token_ids[cached:]
@@ -111,18 +161,25 @@ class Scheduler:
             if too_many or not seq.table.can_append(self.pool, len(new_tokens)):
                 seq.table.release(self.pool)
                 break
-            seq.new_slots, _ = seq.table.append(self.pool, new_tokens)
-            seq.num_cached_tokens = cached
+            slots, _ = seq.table.append(self.pool, new_tokens)
             self.num_cached_tokens += cached
             num_tokens += len(new_tokens)
             seq.status = Status.RUNNING
-            scheduled.append(self.waiting.popleft())
-        self.running += scheduled
+            scheduled.append(ScheduledRun(self.waiting.popleft(), list(new_tokens), cached, slots, cached))
+        self.running += [run.seq for run in scheduled]
         return scheduled
+
+    def _fork(self, parent: SequenceState) -> list[SequenceState]:
+        """Start the request's other samples on the parent's blocks (shared, copied on write)."""
+        children = [parent.spawn(next(self._seq_ids), i, parent.table.fork(self.pool))
+                    for i in range(1, parent.num_forks + 1)]
+        parent.num_forks = 0
+        self.running += children
+        return children
 
     def _schedule_decode(self) -> Schedule:
         queue = deque(self.running)
-        scheduled: list[SequenceState] = []
+        scheduled: list[ScheduledRun] = []
         preempted: list[SequenceState] = []
         copies: list[tuple[int, int]] = []
         while queue:
@@ -134,12 +191,13 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                seq.new_slots, seq_copies = seq.table.append(self.pool, seq.token_ids[-1:])
-                seq.num_cached_tokens = 0
+                start = len(seq.token_ids) - 1
+                slots, seq_copies = seq.table.append(self.pool, seq.token_ids[-1:])
                 copies += seq_copies
-                scheduled.append(seq)
-        self.running = scheduled
-        return Schedule("decode", scheduled, copies, preempted)
+                scheduled.append(ScheduledRun(seq, seq.token_ids[-1:], start, slots))
+        self.running = [run.seq for run in scheduled]
+        samples = [(row, run.seq) for row, run in enumerate(scheduled)]
+        return Schedule("decode", scheduled, copies, preempted, [], samples)
 
     def _preempt(self, seq: SequenceState) -> None:
         seq.table.release(self.pool)
@@ -147,11 +205,27 @@ class Scheduler:
         self.waiting.appendleft(seq)           # the newest is preempted first, so older ones end up in front
         self.num_preemptions += 1
 
-    def fork(self, parent: SequenceState, child: SequenceState) -> None:
-        """Start `child` running on `parent`'s blocks (shared, copied on write)."""
-        child.table = parent.table.fork(self.pool)
-        child.status = Status.RUNNING
-        self.running.append(child)
+    # -- after the tokens are drawn ------------------------------------------------------------------------
+    def postprocess(self, plan: Schedule, tokens: list[int]) -> list[str | None]:
+        """Append each drawn token (one per `plan.samples`) to its sequence; a sequence that `finish_rule` ends is
+        finished and its blocks freed at once, for the next step. Returns each sample's finish reason or None."""
+        if len(tokens) != len(plan.samples):
+            raise ValueError(f"postprocess needs one token per sample of the plan ({len(plan.samples)}), "
+                             f"got {len(tokens)}")
+        reasons = []
+        for (_, seq), token in zip(plan.samples, tokens):
+            seq.token_ids.append(token)
+            reason = self.finish_rule(seq, token)
+            if reason is not None:
+                self._finish(seq, reason)
+            reasons.append(reason)
+        return reasons
+
+    def _finish(self, seq: SequenceState, reason: str) -> None:
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason
+        seq.table.release(self.pool)
+        self.running.remove(seq)
 
     def abort(self, seq: SequenceState) -> None:
         """Drop `seq` wherever it is (waiting or running) and free its blocks; it ends with reason "abort"."""
@@ -162,10 +236,3 @@ class Scheduler:
         seq.table.release(self.pool)
         seq.status = Status.FINISHED
         seq.finish_reason = "abort"
-
-    def finish(self, seq: SequenceState, reason: str) -> None:
-        """Free a finished sequence's blocks at once, so the next step can use them."""
-        seq.status = Status.FINISHED
-        seq.finish_reason = reason
-        seq.table.release(self.pool)
-        self.running.remove(seq)

@@ -31,7 +31,8 @@ from pydantic import ValidationError
 
 from decodelab.async_engine import BATCHING, AsyncEngine, EngineFailed, QueueFull, RequestStream
 from decodelab.detokenize import TextStream, truncate_at_stop
-from decodelab.engine import Completion, Engine, TokenEvent
+from decodelab.engine import Engine, TokenEvent
+from decodelab.requests import Completion
 from decodelab.openai_protocol import (CompletionRequest, choice_json, completion_id, completion_json, error_body,
                                        logprobs_json, usage_json)
 from decodelab.serve_metrics import ServerMetrics

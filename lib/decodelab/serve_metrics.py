@@ -15,7 +15,8 @@ from __future__ import annotations
 import prometheus_client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from decodelab.engine import Completion, EngineStats, StepOutput, TokenEvent
+from decodelab.engine import EngineStats, StepOutput, TokenEvent
+from decodelab.requests import Completion
 
 prometheus_client.disable_created_metrics()  # no `*_created` series (as vLLM): counters and histograms only
 PREFIX = "decodelab:"

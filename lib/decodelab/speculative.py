@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.generate import _eos_ids, _prompt_ids, model_step
+from decodelab.generate import model_step
+from decodelab.requests import eos_token_ids, prompt_token_ids
 from decodelab.sampling import SamplingParams, make_generator, process_logits
 from decodelab.validation import check_int
 
@@ -223,16 +224,12 @@ def speculative_generate(target, tokenizer, prompt: str | list[int], params: Sam
     Taught in: chapters/07b-speculative-decoding.ipynb
     """
     gamma = check_int(gamma, "gamma", 1)
-    if not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt)):
-        raise ValueError(f"prompt must be a string or a non-empty list of token ids, got {prompt!r}")
-    context = _prompt_ids(tokenizer, [prompt])[0]
-    _check_inputs(target, params, draft, gamma, len(context))
     vocab = target.config.vocab_size
-    if max(context) >= vocab:
-        raise ValueError(f"prompt token ids must be < the vocabulary size {vocab}, got {max(context)}")
+    context = prompt_token_ids(prompt, tokenizer, "prompt", vocab)
+    _check_inputs(target, params, draft, gamma, len(context))
     device = next(target.parameters()).device
     generator = make_generator(params.seed, device)
-    eos = set() if params.ignore_eos else _eos_ids(target, tokenizer)
+    eos = set() if params.ignore_eos else eos_token_ids(target, tokenizer)
     stops = eos | set(params.stop_token_ids)
     cache, cached = None, []
     generated: list[int] = []

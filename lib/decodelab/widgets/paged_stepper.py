@@ -41,19 +41,20 @@ class Arrival:
 
 def _pool_frame(engine, step: int, kind: str, events: list[str], token_text: Callable[[int], str]) -> dict:
     pool = engine.pool
-    running = sorted(engine.scheduler.running, key=lambda s: s.seq_id)
+    views = engine.sequences()
+    running = sorted((v for v in views if v.status == "running"), key=lambda v: v.seq_id)
     return {
         "step": step,
         "kind": kind,
         "events": events,
-        "sequences": [{"seq": s.seq_id, "request": s.request_id, "sample": s.sample_index,
-                       "blocks": list(s.table.block_ids), "num_tokens": s.table.num_tokens} for s in running],
+        "sequences": [{"seq": v.seq_id, "request": v.request_id, "sample": v.sample_index,
+                       "blocks": list(v.block_ids), "num_tokens": v.num_tokens} for v in running],
         "ref_counts": pool.ref_counts,
         "blocks": [[token_text(t) for t in tokens] for tokens in pool.block_tokens],
         "fill": [len(tokens) for tokens in pool.block_tokens],
         "free": pool.free_block_ids,
         "cached": pool.cached_block_ids,
-        "waiting": sorted({s.request_id for s in engine.scheduler.waiting}),
+        "waiting": sorted({v.request_id for v in views if v.status == "waiting"}),
         "live_tokens": pool.filled_slots(),
         "allocated_slots": pool.num_used_blocks * pool.block_size,
     }
@@ -91,31 +92,41 @@ def record_frames(engine, arrivals: Sequence[Arrival], max_steps: int = 200,
                                             else arrival.prompt, arrival.params)
             extra = f"，n = {arrival.params.n}" if arrival.params.n > 1 else ""
             events.append(f"请求 {request_id} 到达（max_tokens = {arrival.params.max_tokens}{extra}）")
-        tables_before = {s.seq_id: list(s.table.block_ids) for s in engine.scheduler.running}
-        waiting_before = {s.seq_id for s in engine.scheduler.waiting}
         output = engine.step()
         step += 1
-        for seq_id in output.preempted:
-            events.append(f"块不够：序列 {seq_id} 被抢占（preemption），它的块全部释放，稍后重算")
-        running = sorted(engine.scheduler.running, key=lambda s: s.seq_id)
-        first_sample = {s.request_id: s.seq_id for s in running if s.sample_index == 0}
-        for seq in running:
-            before = tables_before.get(seq.seq_id)
-            if seq.seq_id in waiting_before:
-                again = "（抢占后重算）" if len(seq.output_token_ids) > 1 else ""
-                cached = f"，前 {seq.num_cached_tokens} 个来自 prefix cache，不再重算" if seq.num_cached_tokens else ""
-                events.append(f"prefill 序列 {seq.seq_id}（请求 {seq.request_id}）{again}：{seq.table.num_tokens} 个 "
-                              f"token 的 K/V 写进块 {seq.table.block_ids}{cached}")
-            elif before is None:
-                events.append(f"序列 {seq.seq_id} 是请求 {seq.request_id} 的第 {seq.sample_index} 个样本："
-                              f"与序列 {first_sample.get(seq.request_id)} 共享 prompt 的全部块（ref count + 1）")
-            elif len(before) == len(seq.table.block_ids) and before[-1] != seq.table.block_ids[-1]:
-                events.append(f"写时复制（copy-on-write）：序列 {seq.seq_id} 要写共享的块 {before[-1]}，"
-                              f"先把它复制到块 {seq.table.block_ids[-1]}")
+        events += _step_events(output)
         for done in output.finished:
             events.append(f"请求 {done.request_id} 完成（{done.finish_reason}），它的块回到 free 队列")
         frames.append(_pool_frame(engine, step, output.kind, events, token_text))
     return frames
+
+
+def _step_events(output) -> list[str]:
+    """What a step did, in words, read from its plan (`StepOutput.plan`) and the block tables after it: by sequence
+    id, each prefill (with its prefix-cache hits; a recompute after preemption), each forked sample, each
+    copy-on-write."""
+    plan, tables = output.plan, output.block_tables
+    events = [f"块不够：序列 {seq_id} 被抢占（preemption），它的块全部释放，稍后重算" for seq_id in output.preempted]
+    prefills = {run.seq.seq_id: run for run in plan.runs} if plan.kind == "prefill" else {}
+    forks = {child.seq_id: child for child in plan.forks}
+    copies = {dst: src for src, dst in plan.copies}
+    first_sample = {run.seq.request_id: run.seq.seq_id for run in plan.runs if run.seq.sample_index == 0}
+    for seq_id in sorted(tables):                        # the sequences still running after the step
+        blocks = tables[seq_id]
+        if seq_id in prefills:
+            run = prefills[seq_id]
+            again = "（抢占后重算）" if run.start + len(run.token_ids) > run.seq.num_prompt_tokens else ""
+            cached = f"，前 {run.num_cached} 个来自 prefix cache，不再重算" if run.num_cached else ""
+            events.append(f"prefill 序列 {seq_id}（请求 {run.seq.request_id}）{again}：{run.start + len(run.token_ids)} "
+                          f"个 token 的 K/V 写进块 {blocks}{cached}")
+        elif seq_id in forks:
+            child = forks[seq_id]
+            events.append(f"序列 {seq_id} 是请求 {child.request_id} 的第 {child.sample_index} 个样本："
+                          f"与序列 {first_sample.get(child.request_id)} 共享 prompt 的全部块（ref count + 1）")
+        elif blocks and blocks[-1] in copies:
+            events.append(f"写时复制（copy-on-write）：序列 {seq_id} 要写共享的块 {copies[blocks[-1]]}，"
+                          f"先把它复制到块 {blocks[-1]}")
+    return events
 
 
 # A blank line between the shared prelude and this widget's own view (paged_stepper.js).
