@@ -169,7 +169,9 @@ class StrategyPlayground(widgets.VBox):
             control.observe(self._on_change, names="value")
         self._refresh()
         self.note = KernelNote(NEEDS_KERNEL, list(self._controls.values()))
-        super().__init__([self.note, widgets.HBox([widgets.VBox(list(self._controls.values())), self.view])])
+        # the result takes the width that is left; the controls keep theirs (squeezed, JupyterLab cut their readouts)
+        controls = widgets.VBox(list(self._controls.values()), layout={"flex": "0 0 auto"})
+        super().__init__([self.note, widgets.HBox([controls, self.view])])
 
     def _on_change(self, _change=None) -> None:
         values = {name: control.value for name, control in self._controls.items()}

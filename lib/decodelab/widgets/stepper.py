@@ -147,7 +147,7 @@ class AutoregressiveStepper(widgets.VBox):
             self.step()
         inputs = [self._prompt, self._temperature, self._top_k, self._top_p, self._seed, self._next, self._reset]
         self.note = KernelNote(NEEDS_KERNEL.format(steps=initial_steps), inputs)
-        controls = widgets.VBox([*inputs[:5], widgets.HBox(inputs[5:])])
+        controls = widgets.VBox([*inputs[:5], widgets.HBox(inputs[5:])], layout={"flex": "0 0 auto"})  # as the playground's
         super().__init__([self.note, widgets.HBox([controls, self.view])])
 
     def params(self) -> SamplingParams:
