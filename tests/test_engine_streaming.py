@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from decodelab.async_engine import AsyncEngine, QueueFull
+from decodelab.async_engine import AsyncEngine, EngineFailed, QueueFull
 from decodelab.detokenize import TextStream, truncate_at_stop
 from decodelab.engine import Engine, TokenEvent
 from decodelab.requests import Completion
@@ -201,3 +201,35 @@ def test_abort_while_waiting_and_while_running_frees_everything(tiny):
 
     asyncio.run(run())
     assert engine.stats.free_blocks == engine.stats.num_blocks and not engine.has_unfinished()
+
+
+def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(tiny, monkeypatch):
+    model, tokenizer = tiny
+    engine = Engine(model, tokenizer)
+    runner = AsyncEngine(engine)
+    params = SamplingParams(temperature=0, max_tokens=5)
+    ids = engine.check_request("小明", params)
+    real_step, calls = engine.step, []
+
+    def flaky_step():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory (simulated)")
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", flaky_step)
+
+    async def run():
+        await runner.start()
+        [doomed] = runner.submit([(ids, params)])
+        with pytest.raises(EngineFailed, match="engine step failed: RuntimeError: out of memory"):
+            async for _ in doomed:
+                pass
+        [after] = runner.submit([(ids, params)])
+        items = [item async for item in after]
+        await runner.stop()
+        return items[-1]
+
+    completion = asyncio.run(run())
+    assert completion.text == Engine(model, tokenizer).generate(["小明"], params)[0].text
+    assert engine.stats.free_blocks == engine.stats.num_blocks
