@@ -50,7 +50,7 @@ def saving(model, requests, n: int, seed: int) -> dict:
     while engine.has_unfinished():
         engine.step()
         used += engine.pool.num_used_blocks
-        unshared += sum(len(s.table.block_ids) for s in engine.scheduler.running)
+        unshared += sum(len(v.block_ids) for v in engine.sequences() if v.status == "running")
     completions = [engine.completed[r] for r in sorted(engine.completed)]
     outputs = [len(s.token_ids) for c in completions for s in (c.samples or (c,))]
     return {"n": n, "saving": 1 - used / unshared, "mean_output_tokens": float(np.mean(outputs))}
