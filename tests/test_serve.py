@@ -2,6 +2,9 @@
 `Engine.generate`, streams that join to the same text, seeded sampling that repeats, a 400 naming the field for every
 bad request (and the server stays up), a 503 when the queue is full, and no KV block held after a client leaves."""
 import concurrent.futures
+import os
+import subprocess
+import sys
 import json
 import time
 
@@ -236,3 +239,16 @@ def test_full_queue_gets_503_and_nothing_is_lost():
         assert server.metric("decodelab:request_refused_total") == len(refused)
         wait_until_idle(server)
         assert server.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-num-seqs", "0"], "max_num_seqs must be an int >= 1, got 0"),
+    (["--max-queue-len", "0"], "max_queue_len must be an int >= 1, got 0"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--model", "no-such-model"], "cannot load --model 'no-such-model'"),
+    (["--batching", "dynamic"], "invalid choice: 'dynamic'"),
+])
+def test_bad_command_line_exits_with_a_message(args, message):
+    done = subprocess.run([sys.executable, "-m", "decodelab.serve", *args, "--port", "9"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]

@@ -254,7 +254,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model, device=args.device)
+    try:
+        model, tokenizer = load_model(args.model, device=args.device)
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot load --model {args.model!r}: {error}")
     try:
         engine = Engine(model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks,
                         max_num_seqs=args.max_num_seqs)
