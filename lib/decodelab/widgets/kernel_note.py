@@ -1,8 +1,9 @@
 """A note for widgets that compute in the kernel: it says so wherever no kernel answers, and disappears where one does.
 
 The strategy playground and the autoregressive stepper run the model on every change, so in the static HTML book
-(and in a notebook opened without running it) their controls would move and nothing would happen. `KernelNote`
-prevents that look:
+(and wherever else a saved notebook's widget state is drawn without its kernel) their controls would move and nothing
+would happen. (JupyterLab 4 draws no saved widget state: a notebook opened there without running it shows the
+widget's text repr.) `KernelNote` prevents that look:
 
 - it starts with the controls it guards disabled and with its text visible, and that is what a saved notebook
   stores, so every page that draws the stored widget state shows the stored result, greyed-out controls and the note;
