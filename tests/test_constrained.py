@@ -133,6 +133,11 @@ def test_a_dead_end_mid_text_is_an_error_not_a_silent_eos(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     grammar = LLGuidanceGrammar.regex("小明x。", tokenizer)
     assert not grammar.mask(ids_of(tokenizer, "小明")).any()
+    state = grammar.start()
+    for token in ids_of(tokenizer, "小明"):
+        state.advance(token)
+    raw = np.frombuffer(state.matcher.compute_logit_bias(), dtype=np.uint8)
+    assert raw.nonzero()[0].tolist() == [tokenizer.eos_token_id]  # llguidance alone would end the text here
     with pytest.raises(ParamError, match="allows no token after '小明'"):
         constrained_generate(model, tokenizer, "", SamplingParams(seed=0, max_tokens=8), grammar)
 
@@ -273,7 +278,33 @@ def test_grammar_inputs_are_checked(tokenizer):
         ToyLanguageGrammar(tokenizer).mask("小明")
     with pytest.raises(ParamError, match=r"token_ids\[0\] = .* is not allowed"):
         LLGuidanceGrammar.regex(FORM, tokenizer).mask(ids_of(tokenizer, "北京"))
+    with pytest.raises(ParamError, match="token_ids must hold token ids"):
+        LLGuidanceGrammar.regex(FORM, tokenizer).accepts([-1])
     assert check_token_ids(torch.tensor([4, 5]), 473, "ids") == [4, 5]
+
+
+def test_a_byte_level_vocabulary_is_refused_with_a_pointer():
+    """Tokens that are pieces of UTF-8 cannot be handed over as text: the error says what to use instead."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    symbols = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={"<s>": 0, "</s>": 1, **{c: i + 2 for i, c in enumerate(symbols)}}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    byte_level = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>")
+    with pytest.raises(ParamError, match="is not whole text.*llguidance.hf.from_tokenizer"):
+        LLGuidanceGrammar.regex("小明", byte_level)
+
+
+def test_document_language_as_a_grammar(tokenizer):
+    from decodelab.toylang_docs import DocumentLanguage
+
+    docs = DocumentLanguage()
+    grammar = ToyLanguageGrammar(tokenizer, docs)
+    opening = ids_of(tokenizer, "这是小明在北京的一天。")
+    assert not grammar.mask(opening)[tokenizer.eos_token_id]  # too short to end a document
+    assert torch.equal(grammar.mask(opening[:4]), brute_force_toy_mask(tokenizer, docs, "这是小明"))
 
 
 def test_a_padded_vocabulary_is_masked_beyond_the_tokenizer(tokenizer):
@@ -324,6 +355,10 @@ def test_measure_inputs_are_checked(tokenizer):
         kl_to_conditional([-1.0], [-1.0], valid=[False, False])
     with pytest.raises(ParamError, match="draws must be an int >= 1"):
         kl_to_conditional([-1.0], [-1.0], draws=0)
+    with pytest.raises(ParamError, match="log_a and log_b must pair up"):
+        mean_log_ratio([-1.0], [-1.0, -2.0])
+    with pytest.raises(ParamError, match="seed must be an int >= 0"):
+        mean_log_ratio([-1.0], [-1.0], seed=-1)
     with pytest.raises(ParamError, match="grammar must be a Grammar"):
         enumerate_grammar("(一|两)。")
     with pytest.raises(ParamError, match="max_tokens must be an int >= 1"):

@@ -100,8 +100,8 @@ def _log_probs(logits: torch.Tensor, params: SamplingParams, history) -> torch.T
 def _dead_end(tokenizer, generated: list[int], row: int) -> ParamError:
     text = tokenizer.decode(generated, skip_special_tokens=True)
     return ParamError("grammar", f"the grammar allows no token after {text!r} (sample {row}, step {len(generated)}): "
-                                 "it cannot be completed with this tokenizer's vocabulary (a JSON grammar needs "
-                                 "ASCII braces and quotes, which the course's vocabulary lacks)")
+                                 "it cannot be completed with this tokenizer's vocabulary (for example a JSON "
+                                 "grammar, which needs ASCII braces and quotes that the course's vocabulary lacks)")
 
 
 @torch.no_grad()
