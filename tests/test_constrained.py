@@ -19,6 +19,7 @@ from decodelab.constrained import ConstrainedCompletion, constrained_generate, s
 from decodelab.constrained_grammar import LLGuidanceGrammar, ToyLanguageGrammar, check_token_ids
 from decodelab.constrained_measure import (enumerate_grammar, kl_exact, kl_to_conditional, mean_log_ratio,
                                            wilson_interval)
+from decodelab.generate import generate
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.toylang import ToyLanguage
@@ -157,6 +158,18 @@ def test_constrained_samples_are_valid(model_and_tokenizer, lang, params):
         assert completion.token_ids[-1] == tokenizer.eos_token_id and lang.is_valid(completion.text)
         assert len(completion.allowed) == len(completion.kept_mass) == len(completion.token_ids)
         assert completion.log_q >= completion.log_p or params.greedy
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0, max_tokens=40),
+                                    SamplingParams(temperature=0.0, max_tokens=40, repetition_penalty=1.5,
+                                                   frequency_penalty=1.0, presence_penalty=0.5)])
+def test_a_mask_that_keeps_the_greedy_path_changes_nothing(model_and_tokenizer, params):
+    """Greedy from 小明 is a sentence of the language, so the mask never removes the argmax: the tokens equal
+    generate's, penalties included (they see the prompt and the output as generate's do)."""
+    model, tokenizer = model_and_tokenizer
+    grammar = ToyLanguageGrammar(tokenizer, prefix="小明")
+    assert constrained_generate(model, tokenizer, "小明", params, grammar)[0].token_ids == \
+        generate(model, tokenizer, "小明", params)[0].token_ids
 
 
 def test_regex_samples_match_and_prompt_ids_work(model_and_tokenizer):

@@ -92,9 +92,14 @@ def _masked(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(~masks, float("-inf"))
 
 
-def _log_probs(logits: torch.Tensor, params: SamplingParams, history) -> torch.Tensor:
+def _seen(params: SamplingParams, prompts: list[list[int]], outputs: list[list[int]]) -> dict:
+    """What the penalties see (`output_tokens`, `prompt_tokens` of `sample`), or nothing when none is on."""
+    return {"output_tokens": outputs, "prompt_tokens": prompts} if params.has_penalties else {}
+
+
+def _log_probs(logits: torch.Tensor, params: SamplingParams, seen: dict) -> torch.Tensor:
     """log of the distribution `sample` draws from, `[B, V]` float64 (-inf for removed tokens)."""
-    return torch.log_softmax(process_logits(logits.double(), params, history), dim=-1)
+    return torch.log_softmax(process_logits(logits.double(), params, **seen), dim=-1)
 
 
 def _dead_end(tokenizer, generated: list[int], row: int) -> ParamError:
@@ -134,10 +139,10 @@ def constrained_generate(model, tokenizer, prompt: str | list[int], params: Samp
             masks[i] = states[i].mask().to(device)
             if not bool(masks[i].any()):
                 raise _dead_end(tokenizer, generated[i], i)
-        history = [ids + g for g in generated] if params.has_penalties else None
-        tokens = sample(_masked(last, masks), params, generators, history).tolist()  # [n]
-        lq = _log_probs(_masked(last, masks), params, history)  # [n, V]
-        lp = _log_probs(last, params, history)  # [n, V]
+        seen = _seen(params, [ids] * n, generated)
+        tokens = sample(_masked(last, masks), params, generators, **seen).tolist()  # [n]
+        lq = _log_probs(_masked(last, masks), params, seen)  # [n, V]
+        lp = _log_probs(last, params, seen)  # [n, V]
         for i in running:
             token = tokens[i]
             log_q[i] += float(lq[i, token])
@@ -187,15 +192,15 @@ def score_sequences(model, tokenizer, prompt: str | list[int], sequences: Sequen
         state, lq, lp = grammar.start(), 0.0, 0.0
         for t, token in enumerate(row):
             step = logits[b, len(ids) + t - 1].unsqueeze(0)  # [1, V]: the logits that predict row[t]
-            history = [ids + row[:t]] if params.has_penalties else None
-            lp += float(_log_probs(step, params, history)[0, token])
+            seen = _seen(params, [ids], [row[:t]])
+            lp += float(_log_probs(step, params, seen)[0, token])
             if lq == -math.inf:
                 continue
             allowed = state.mask().to(device).unsqueeze(0)  # [1, V]
             if not bool(allowed[0, token]):
                 lq = -math.inf
                 continue
-            lq += float(_log_probs(_masked(step, allowed), params, history)[0, token])
+            lq += float(_log_probs(_masked(step, allowed), params, seen)[0, token])
             state.advance(token)
         scores.append((lq, lp))
     return scores
