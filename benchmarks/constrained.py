@@ -12,7 +12,8 @@ It reports:
 
   - validity: the share of constrained samples that are whole strings of the grammar (100% by construction, when they
     end before max_tokens) against unconstrained samples of the same sampler, with Wilson 95% intervals; for the regexes
-    also the share that the toy language calls a sentence at all (the truth, outside the regex);
+    also the share that the toy language calls a sentence at all (the truth, outside the regex); the mean length in
+    characters of the constrained samples, of the valid unconstrained ones (samples of p(. | valid)) and of the truth;
   - KL(q || p(. | valid)) in nats: q is the masked sampler, p the unmasked one, Z = P(valid) both by importance
     sampling from q's own samples and from the share of valid unconstrained samples; the headline uses the first
     when its effective sample size is at least 10% of the samples, else the second; bootstrap 95% intervals. For
@@ -73,6 +74,14 @@ def interval(value) -> dict:
     return asdict(value)
 
 
+def mean_interval(values: list[float]) -> dict:
+    """The mean of `values` with a normal 95% interval (None when there are fewer than two)."""
+    if len(values) < 2:
+        return {"value": float(np.mean(values)) if values else None, "low": None, "high": None}
+    half = 1.959964 * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return {"value": float(np.mean(values)), "low": float(np.mean(values)) - half, "high": float(np.mean(values)) + half}
+
+
 def measure_grammar(name: str, grammar, model, tokenizer, lang: ToyLanguage, temperature: float, n_q: int,
                     n_p: int) -> tuple[dict, dict]:
     """One validity row and one KL row for `grammar` at `temperature`."""
@@ -90,6 +99,9 @@ def measure_grammar(name: str, grammar, model, tokenizer, lang: ToyLanguage, tem
         "constrained_sentences": interval(wilson_interval(sum(lang.is_valid(s.text) for s in samples), n_q)),
         "unconstrained_valid_sentences": interval(wilson_interval(
             sum(ok and lang.is_valid(t) for ok, t in zip(valid, texts)), max(1, sum(valid)))),
+        "length_constrained": mean_interval([len(s.text) for s in finished]),
+        "length_unconstrained_valid": mean_interval([len(t) for ok, t in zip(valid, texts) if ok]),
+        "length_truth": lang.expected_length(),
         "examples_constrained": [s.text for s in samples[:6]],
         "examples_unconstrained_valid": sorted({t for ok, t in zip(valid, texts) if ok})[:6],
     }
