@@ -252,3 +252,37 @@ def test_bad_command_line_exits_with_a_message(args, message):
     done = subprocess.run([sys.executable, "-m", "decodelab.serve", *args, "--port", "9"], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_structured_outputs_follow_the_grammar(client, tiny):
+    import re
+
+    from decodelab.constrained_grammar import LLGuidanceGrammar
+
+    pattern = "(小明|小红)(喜欢吃北京烤鸭|坐(飞机|火车)去北京)。"
+    response = client.completions.create(model=MODEL, prompt="今天，", max_tokens=30, temperature=1.0, seed=2, n=3,
+                                         extra_body={"structured_outputs": {"regex": pattern}})
+    assert all(re.fullmatch(pattern, c.text) and c.finish_reason == "stop" for c in response.choices)
+    model, tokenizer = tiny
+    grammar = LLGuidanceGrammar.regex(pattern, tokenizer)
+    [local] = Engine(model, tokenizer).generate(["今天，"], SamplingParams(temperature=1.0, seed=2, n=3,
+                                                                          max_tokens=30, grammar=grammar))
+    assert texts(response) == [s.text for s in local.samples]
+    choice = client.completions.create(model=MODEL, prompt="小明喜欢", max_tokens=10, temperature=0,
+                                       extra_body={"structured_outputs": {"choice": ["苹果", "北京烤鸭"]}})
+    assert choice.choices[0].text in ("苹果", "北京烤鸭")
+
+
+@pytest.mark.parametrize("structured, fragment", [
+    ({"json": {"type": "object"}}, "allows no first token"),
+    ({"regex": "(unclosed"}, "structured_outputs"),
+    ({"regex": "小明", "choice": ["小红"]}, "exactly one of"),
+    ({"choice": []}, "non-empty list"),
+    ({"regexp": "小明"}, "structured_outputs"),
+])
+def test_bad_structured_outputs_get_400(server, client, structured, fragment):
+    with pytest.raises(openai.BadRequestError) as error:
+        client.completions.create(model=MODEL, prompt="小明", max_tokens=5,
+                                  extra_body={"structured_outputs": structured})
+    assert error.value.body["param"] == "structured_outputs" and fragment in error.value.body["message"]
+    assert server.get("/health").status_code == 200

@@ -35,69 +35,8 @@ import torch
 
 from decodelab.toylang import ToyLanguage
 from decodelab.toylang_docs import DocumentLanguage
+from decodelab.grammar import Grammar, GrammarState, check_token_ids
 from decodelab.validation import ParamError, as_scalar
-
-
-def check_token_ids(token_ids: Sequence[int], vocab_size: int, name: str) -> list[int]:
-    """`token_ids` as a list of ints in [0, vocab_size) (a tensor or numpy ints are accepted), else a ParamError
-    naming `name`."""
-    if isinstance(token_ids, torch.Tensor):
-        token_ids = token_ids.tolist()
-    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
-        raise ParamError(name, f"{name} must be a list of token ids, got {type(token_ids).__name__}")
-    ids = [as_scalar(t) for t in token_ids]
-    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size]
-    if bad:
-        raise ParamError(name, f"{name} must hold token ids in [0, {vocab_size}), got {bad[:5]!r}")
-    return ids
-
-
-class GrammarState:
-    """One sequence's place in a grammar: `mask()` `[V]` bool, `advance(token_id)` after a token is chosen."""
-
-    def mask(self) -> torch.Tensor:
-        raise NotImplementedError
-
-    def advance(self, token_id: int) -> None:
-        raise NotImplementedError
-
-
-class Grammar:
-    """What `constrained_generate` needs: `vocab_size`, `eos_token_id` and `start()`; `mask` and `accepts` follow."""
-
-    vocab_size: int
-    eos_token_id: int
-
-    def start(self) -> GrammarState:
-        raise NotImplementedError
-
-    def mask(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """The mask `[V]` (bool) after `token_ids`, the tokens generated so far (no BOS, no prompt). A token the
-        grammar did not allow at its step is an error naming its position.
-
-        >>> ToyLanguageGrammar(tokenizer).mask([]).sum()    # the first characters of the toy language's sentences
-        """
-        ids = check_token_ids(token_ids, self.vocab_size, "token_ids")
-        state = self.start()
-        for position, token in enumerate(ids):
-            if not bool(state.mask()[token]):
-                raise ParamError("token_ids", f"token_ids[{position}] = {token} is not allowed by the grammar after "
-                                              f"the {position} tokens before it")
-            state.advance(token)
-        return state.mask()
-
-    def accepts(self, token_ids: Sequence[int]) -> bool:
-        """True when `token_ids` (a trailing EOS allowed) is a whole string of the grammar: every token was allowed
-        at its step and EOS is allowed at the end. Judges unconstrained samples without raising."""
-        ids = check_token_ids(token_ids, self.vocab_size, "token_ids")
-        if ids and ids[-1] == self.eos_token_id:
-            ids = ids[:-1]
-        state = self.start()
-        for token in ids:
-            if not bool(state.mask()[token]):
-                return False
-            state.advance(token)
-        return bool(state.mask()[self.eos_token_id])
 
 
 def _check_tokenizer(tokenizer) -> tuple[int, int]:

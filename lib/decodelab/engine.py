@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.contiguous import FirstFitSlab, Reservation
+from decodelab.grammar import mask_logits
 from decodelab.kv_cache import kv_bytes_per_token
 from decodelab.paged_model import PagedLlama
 from decodelab.paged import BlockPool, BlockTable
@@ -178,6 +179,9 @@ class Engine:
         if bad_stops:
             raise ParamError("stop_token_ids", f"stop_token_ids for {name} must be < the vocabulary size "
                                                f"{self.runner.vocab_size}, got {bad_stops}")
+        if params.grammar is not None and params.grammar.vocab_size > self.runner.vocab_size:
+            raise ParamError("grammar", f"the grammar for {name} masks {params.grammar.vocab_size} tokens, more than "
+                                        f"the model's vocabulary of {self.runner.vocab_size}")
         if params.stop and self.tokenizer is None:
             raise ParamError("stop", f"stop strings for {name} need text: give the engine a tokenizer, or use "
                                      f"stop_token_ids")
@@ -273,10 +277,22 @@ class Engine:
         holding = self._account(plan)                    # (live slots, allocated slots, sequences holding blocks)
         rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
         row_logits = take_rows(logits, rows)              # [len(seqs), V]; forks draw from their prompt's row
+        row_logits = mask_logits(row_logits, [self._grammar_state(s) for s in seqs])   # requests with a grammar
         tokens = self._sample(row_logits, seqs)
         logprobs = self._logprobs(row_logits, seqs, tokens)
         reasons = self.scheduler.postprocess(plan, tokens)   # append, finish, free blocks
         return self._output(plan, seqs, tokens, logprobs, reasons, *holding)
+
+    @staticmethod
+    def _grammar_state(seq: SequenceState):
+        """The sequence's place in its request's grammar (None without one), started and caught up on first use."""
+        if seq.params.grammar is None:
+            return None
+        if seq.grammar_state is None:
+            seq.grammar_state = seq.params.grammar.start()
+            for token in seq.output_token_ids:
+                seq.grammar_state.advance(token)
+        return seq.grammar_state
 
     def _account(self, plan: Schedule) -> tuple[int, int, int]:
         """Count the step's tokens; return, as the model ran, the slots holding live K/V, the slots allocated and
@@ -300,6 +316,8 @@ class Engine:
         for seq, token, logprob, reason in zip(seqs, tokens, logprobs, reasons):
             if logprob is not None:
                 seq.logprobs.append(logprob)
+            if seq.grammar_state is not None and reason is None:
+                seq.grammar_state.advance(token)
             events.append(TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason))
         ended = dict.fromkeys(seq.request_id for seq, reason in zip(seqs, reasons) if reason is not None)
         finished = [done for done in map(self._maybe_complete, ended) if done is not None]

@@ -21,6 +21,7 @@ import torch
 
 from decodelab.sampling import SamplingParams, make_generator, sample
 from decodelab.detokenize import TextStream
+from decodelab.grammar import mask_logits
 from decodelab.requests import Completion, eos_token_ids, finish_reason, output_text, prompt_token_ids, text_decoder
 
 
@@ -139,12 +140,15 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     texts = [TextStream(p.stop) for p in params]  # what a stream may send: never text a stop string takes back
     running = [True] * batch
 
+    grammars = [None if p.grammar is None else p.grammar.start() for p in params]  # one state per row, or None
+
     logits, cache = model_step(model, input_ids, None, mask, positions)  # prefill
     while True:
+        last = mask_logits(logits[:, -1, :], [g if running[i] else None for i, g in enumerate(grammars)])  # [B, V]
         if prompt_history is None:
-            sampled = sample(logits[:, -1, :], params, generators)  # [B]
+            sampled = sample(last, params, generators)  # [B]
         else:
-            sampled = sample(logits[:, -1, :], params, generators, output_history, prompt_tokens=prompt_history)
+            sampled = sample(last, params, generators, output_history, prompt_tokens=prompt_history)
             output_history = torch.cat([output_history, sampled.unsqueeze(1)], dim=1)
         next_tokens = sampled.tolist()
         for i in range(batch):
@@ -155,6 +159,8 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
             reason = finish_reason(params[i], token, generated[i], len(ids[i]) + len(generated[i]), eos, context,
                                    decode)
             running[i] = reason is None
+            if grammars[i] is not None and running[i]:
+                grammars[i].advance(token)
             delta = None
             if stream_text and decode is not None:
                 text = output_text(generated[i], params[i], decode)

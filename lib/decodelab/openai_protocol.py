@@ -1,7 +1,8 @@
 """The OpenAI completions API as the server reads and writes it: request fields, errors, response JSON.
 
-Fields follow OpenAI's `/v1/completions`; `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids` and
-`ignore_eos` are the extra fields vLLM accepts (the `openai` client sends them with `extra_body`). A field OpenAI
+Fields follow OpenAI's `/v1/completions`; `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`
+and `structured_outputs` (`{"regex": ...}`, `{"choice": [...]}`, `{"json": schema}` or `{"grammar": lark}`, vLLM's
+current names) are the extra fields vLLM accepts (the `openai` client sends them with `extra_body`). A field OpenAI
 defines that this server cannot honour (`echo`, `suffix`, `logit_bias`, `best_of` != n) is refused with a 400 that
 says so, never ignored; an unknown field is refused too, so a typo (`temprature`) is not silently the default.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from decodelab.requests import Completion, TokenLogprob
 from decodelab.sampling import SamplingParams
@@ -27,6 +28,42 @@ MAX_STOP_STRINGS = 4  # as OpenAI
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: StrictBool = False
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: exactly one of a regex, a list of choices, a JSON schema or a Lark grammar."""
+    model_config = ConfigDict(extra="forbid")
+    regex: str | None = None
+    choice: list[str] | None = None
+    json_schema: dict | str | None = Field(default=None, alias="json")
+    grammar: str | None = None
+
+    def build(self, tokenizer, vocab_size: int):
+        """The `decodelab.grammar` Grammar this asks for, compiled by llguidance against `tokenizer`."""
+        from decodelab.constrained_grammar import LLGuidanceGrammar
+
+        given = [name for name in ("regex", "choice", "json_schema", "grammar") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ParamError("structured_outputs", f"structured_outputs takes exactly one of regex, choice, json, "
+                                                   f"grammar; got {len(given)}")
+        if self.choice is not None:
+            if not self.choice or not all(isinstance(c, str) and c for c in self.choice):
+                raise ParamError("structured_outputs", "structured_outputs.choice must be a non-empty list of "
+                                                       "non-empty strings")
+            return LLGuidanceGrammar.regex("|".join(_escape(c) for c in self.choice), tokenizer, vocab_size)
+        try:
+            if self.regex is not None:
+                return LLGuidanceGrammar.regex(self.regex, tokenizer, vocab_size)
+            if self.json_schema is not None:
+                return LLGuidanceGrammar.json_schema(self.json_schema, tokenizer, vocab_size)
+            return LLGuidanceGrammar.lark(self.grammar, tokenizer, vocab_size)
+        except (ParamError, ValueError, RuntimeError) as error:
+            raise ParamError("structured_outputs", f"structured_outputs: {error}") from error
+
+
+def _escape(text: str) -> str:
+    """`text` as a regex that matches it literally."""
+    return "".join("\\" + ch if ch in r"\.+*?()|[]{}^$/" else ch for ch in text)
 
 
 class CompletionRequest(BaseModel):
@@ -57,6 +94,7 @@ class CompletionRequest(BaseModel):
     repetition_penalty: StrictFloat | None = 1.0
     stop_token_ids: list[StrictInt] | None = None
     ignore_eos: StrictBool = False
+    structured_outputs: StructuredOutputs | None = None
 
     def prompts(self) -> list[str] | list[list[int]]:
         """The prompts as a list: OpenAI accepts one string, many strings, one token list or many token lists."""
@@ -69,9 +107,9 @@ class CompletionRequest(BaseModel):
             return [prompt]
         return list(prompt)
 
-    def sampling_params(self) -> SamplingParams:
-        """The request as `SamplingParams`; raises ParamError naming the field for anything out of range or not
-        supported."""
+    def sampling_params(self, grammar=None) -> SamplingParams:
+        """The request as `SamplingParams` (with `grammar`, built from `structured_outputs` by the caller, who has
+        the tokenizer); raises ParamError naming the field for anything out of range or not supported."""
         unsupported = [("echo", self.echo), ("suffix", self.suffix), ("logit_bias", self.logit_bias)]
         for name, value in unsupported:
             if value:
@@ -94,7 +132,7 @@ class CompletionRequest(BaseModel):
         values = {name: defaults[name] if value is None else value for name, value in values.items()}
         return SamplingParams(**values, n=self.n, max_tokens=self.max_tokens, seed=self.seed, stop=tuple(stop),
                               stop_token_ids=tuple(self.stop_token_ids or ()), ignore_eos=self.ignore_eos,
-                              logprobs=self.logprobs)
+                              logprobs=self.logprobs, grammar=grammar)
 
 
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",

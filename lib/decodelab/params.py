@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from decodelab.grammar import is_grammar
 from decodelab.validation import ParamError, as_scalar, check_int
 
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
@@ -58,6 +59,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     logprobs: int | None = None
+    grammar: object | None = None             # a decodelab.grammar Grammar: every step masked by it
 
     def __post_init__(self) -> None:
         checks = [
@@ -95,6 +97,9 @@ class SamplingParams:
         if not isinstance(stop, tuple) or not all(isinstance(s, str) and s for s in stop):
             raise ParamError("stop", f"stop must be a tuple of non-empty strings, got {self.stop!r}")
         object.__setattr__(self, "stop", stop)
+        if self.grammar is not None and not is_grammar(self.grammar):
+            raise ParamError("grammar", f"grammar must be None or a decodelab grammar (vocab_size, eos_token_id, "
+                                        f"start()), got {type(self.grammar).__name__}")
         if self.logprobs is not None:
             object.__setattr__(self, "logprobs", check_int(self.logprobs, "logprobs", low=0))
             if self.logprobs > MAX_LOGPROBS:

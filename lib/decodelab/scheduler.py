@@ -47,6 +47,7 @@ class SequenceState:
     status: Status = Status.WAITING
     finish_reason: str | None = None
     logprobs: list = field(default_factory=list)   # engine.TokenLogprob per output token, when asked for
+    grammar_state: object | None = None       # where params.grammar stands after the output (made on first use)
 
     @property
     def output_token_ids(self) -> list[int]:

@@ -102,7 +102,14 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
             return _error(404, f"the model {parsed.model!r} does not exist; this server serves {model_name!r}",
                           "model", code="model_not_found")
         try:
-            params = parsed.sampling_params()
+            grammar = None
+            if parsed.structured_outputs is not None:
+                grammar = parsed.structured_outputs.build(tokenizer, engine.runner.vocab_size)
+                if not bool(grammar.start().mask().any()):
+                    raise ParamError("structured_outputs", "structured_outputs allows no first token with this "
+                                                           "model's vocabulary (JSON needs ASCII braces and quotes, "
+                                                           "which tiny-zh lacks)")
+            params = parsed.sampling_params(grammar)
             prompts = parsed.prompts()
             prompt_ids = [engine.check_request(p, params, "prompt") for p in prompts]
             for ids in prompt_ids:        # as OpenAI and vLLM: refused, not cut short at the context
