@@ -111,6 +111,13 @@ def test_logprobs_match_tokens_and_text(client):
     assert lp.text_offset == [sum(len(t) for t in visible[:i]) for i in range(len(visible))]
 
 
+def test_max_tokens_null_fills_the_context(client):
+    response = client.completions.create(model=MODEL, prompt="小明", max_tokens=None, temperature=0,
+                                         extra_body={"ignore_eos": True})
+    assert response.usage.prompt_tokens + response.usage.completion_tokens == 256
+    assert response.choices[0].finish_reason == "length"
+
+
 def test_vllm_extra_fields(client, engine):
     params = SamplingParams(temperature=0.7, top_k=5, min_p=0.05, repetition_penalty=1.2, seed=2, max_tokens=20)
     [reference] = engine.generate(["小明"], params)

@@ -107,9 +107,10 @@ class CompletionRequest(BaseModel):
             return [prompt]
         return list(prompt)
 
-    def sampling_params(self, grammar=None) -> SamplingParams:
+    def sampling_params(self, grammar=None, room: int | None = None) -> SamplingParams:
         """The request as `SamplingParams` (with `grammar`, built from `structured_outputs` by the caller, who has
-        the tokenizer); raises ParamError naming the field for anything out of range or not supported."""
+        the tokenizer); `max_tokens: null` means `room`, what the context leaves after the longest prompt (vLLM's
+        rule). Raises ParamError naming the field for anything out of range or not supported."""
         unsupported = [("echo", self.echo), ("suffix", self.suffix), ("logit_bias", self.logit_bias)]
         for name, value in unsupported:
             if value:
@@ -122,15 +123,16 @@ class CompletionRequest(BaseModel):
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if len(stop) > MAX_STOP_STRINGS:
             raise ParamError("stop", f"stop takes at most {MAX_STOP_STRINGS} strings, got {len(stop)}")
-        if self.max_tokens is None:
-            raise ParamError("max_tokens", "max_tokens must be an int >= 1 here (the server has no default "
-                                           "'until the context is full'), got null")
+        max_tokens = room if self.max_tokens is None else self.max_tokens
+        if max_tokens is None or max_tokens < 1:
+            raise ParamError("max_tokens", f"max_tokens must be an int >= 1, got {self.max_tokens!r}"
+                                           + ("" if self.max_tokens is not None else " and the prompt leaves no room"))
         top_k = self.top_k if self.top_k != -1 else 0          # vLLM's -1 means "off", as 0 does here
         defaults = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                     "min_p": 0.0, "repetition_penalty": 1.0, "top_k": 0}
         values = {name: getattr(self, name) for name in defaults} | {"top_k": top_k}
         values = {name: defaults[name] if value is None else value for name, value in values.items()}
-        return SamplingParams(**values, n=self.n, max_tokens=self.max_tokens, seed=self.seed, stop=tuple(stop),
+        return SamplingParams(**values, n=self.n, max_tokens=max_tokens, seed=self.seed, stop=tuple(stop),
                               stop_token_ids=tuple(self.stop_token_ids or ()), ignore_eos=self.ignore_eos,
                               logprobs=self.logprobs, grammar=grammar)
 

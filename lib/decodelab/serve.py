@@ -32,9 +32,9 @@ from pydantic import ValidationError
 from decodelab.async_engine import BATCHING, AsyncEngine, EngineFailed, QueueFull, RequestStream
 from decodelab.detokenize import TextStream, truncate_at_stop
 from decodelab.engine import Engine, TokenEvent
-from decodelab.requests import Completion
 from decodelab.openai_protocol import (CompletionRequest, choice_json, completion_id, completion_json, error_body,
                                        logprobs_json, usage_json)
+from decodelab.requests import Completion, prompt_token_ids
 from decodelab.serve_metrics import ServerMetrics
 from decodelab.validation import ParamError
 
@@ -109,9 +109,10 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
                     raise ParamError("structured_outputs", "structured_outputs allows no first token with this "
                                                            "model's vocabulary (JSON needs ASCII braces and quotes, "
                                                            "which tiny-zh lacks)")
-            params = parsed.sampling_params(grammar)
-            prompts = parsed.prompts()
-            prompt_ids = [engine.check_request(p, params, "prompt") for p in prompts]
+            prompt_ids = [prompt_token_ids(p, tokenizer, "prompt", engine.runner.vocab_size, engine.max_model_len)
+                          for p in parsed.prompts()]
+            params = parsed.sampling_params(grammar, engine.max_model_len - max(len(ids) for ids in prompt_ids))
+            prompt_ids = [engine.check_request(ids, params, "prompt") for ids in prompt_ids]
             for ids in prompt_ids:        # as OpenAI and vLLM: refused, not cut short at the context
                 if len(ids) + params.max_tokens > engine.max_model_len:
                     raise ParamError("max_tokens", f"this model's context is {engine.max_model_len} tokens; the prompt "
