@@ -1,9 +1,10 @@
 """Best-of-n benchmark: accuracy against n for three verifiers and pass@k, at three temperatures, with the token cost.
 
-Model: the shipped tiny-zh-doc through `decodelab.engine.Engine` (block size 4, so the 12-token prompt fills three
-whole blocks that its samples share). Task (`decodelab.best_of_n_task`): the prompt "这是{P}在{CITY}的一天。" for every
-one of the 20 people with the first 10 cities (200 questions; `--quick`: 20, one city); a sample is right when the
-first person it names in its first 40 tokens is P. 16 samples per question, question i seeded i, at T = 0.7, 1, 1.5.
+Model: the shipped tiny-zh-doc through `decodelab.engine.Engine` (block size 4: a prompt of 12-15 tokens, BOS, 10
+characters and a name of 2-5, has three whole blocks that its samples share). Task (`decodelab.best_of_n_task`): the
+prompt "这是{P}在{CITY}的一天。" for every one of the 20 people with the first 10 cities (200 questions; `--quick`: 20,
+one city); a sample is right when the first person it names in its first 40 tokens is P. 16 samples per question,
+question i seeded i, at T = 0.7, 1, 1.5.
 
 It reports, for n = 1, 2, 4, 8, 16 (the first n of the 16 samples):
 

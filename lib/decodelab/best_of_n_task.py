@@ -6,11 +6,11 @@ the prompt "这是{P}在{CITY}的一天。" poses a question whose answer it fix
 sample answers with the first person it names (`answer_of`); it is right when that person is P (`is_correct`).
 
 Why this question and not another: it is the one thing a document carries across sentence boundaries, so getting it
-right needs the prompt, not just the grammar; the shipped tiny-zh-doc gets it right about 70% of the time at
-temperature 1, 85% at 0.7 and 30% at 1.5 (a probe of 20 prompts x 8 samples): neither never nor always, which is
-what best-of-n needs. Even the true language answers a single sample right only about 62% of the time (the first
-person may be someone else), but P is always its most likely answer, so a majority vote over many samples converges on
-P: the question has a right answer, one sample is a noisy witness to it.
+right needs the prompt, not just the grammar; one sample of the shipped tiny-zh-doc gets it right 62.5% of the time
+at temperature 1, 83.0% at 0.7 and 36.0% at 1.5 (benchmarks/best_of_n.py, 200 questions): neither never nor
+always, which is what best-of-n needs. Even the true language answers one sample right only about 62% of the time
+(the first person may be someone else), but P is always its most likely answer, so a majority vote over many samples
+converges on P: the question has a right answer, one sample is a noisy witness to it.
 
 Extraction: the leftmost person name in the text, the longest one at that place (小李 and 李老师 are both people); a
 name right after 祝 is the WHOM slot of "祝{WHOM}{WISH}！" (妈妈 is in both classes), not a person, and is skipped. A
