@@ -21,7 +21,8 @@ import math
 
 import torch
 
-from decodelab.generate import check_prompt_fits, model_context, model_step
+from decodelab.generate import model_context, model_step
+from decodelab.requests import check_prompt_fits
 from decodelab.validation import check_int
 
 NEG = -1.0e9  # transformers' "impossible" score; kept identical so ties break the same way

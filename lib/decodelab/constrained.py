@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.constrained_grammar import Grammar, LLGuidanceGrammar, ToyLanguageGrammar, check_token_ids
-from decodelab.generate import check_prompt_fits, model_context, model_step
+from decodelab.generate import model_context, model_step
+from decodelab.requests import check_prompt_fits
 from decodelab.sampling import SamplingParams, make_generator, process_logits, sample, sample_seed
 from decodelab.tokenizer import encode_prompt
 from decodelab.validation import ParamError

@@ -61,12 +61,6 @@ def model_context(model) -> int | None:
     return context if isinstance(context, int) and context > 0 else None
 
 
-def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
-    """A prompt longer than the model's context is refused, with the engine's wording."""
-    if context is not None and prompt_len > context:
-        raise ValueError(f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
-
-
 def prompt_batch(model, tokenizer, prompts) -> list[list[int]]:
     """The token ids of `prompts`: one string or token-id list, or a list of them; each checked by
     `decodelab.requests.prompt_token_ids` as the engine checks its prompts (named prompts[i])."""

@@ -51,6 +51,12 @@ class Completion:
     logprobs: tuple[TokenLogprob, ...] | None = None
 
 
+def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
+    """A prompt longer than the model's context is refused (ParamError naming `name`), in the engine's words."""
+    if context is not None and prompt_len > context:
+        raise ParamError(name, f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
+
+
 def prompt_token_ids(prompt, tokenizer, name: str, vocab_size: int | None = None,
                      context: int | None = None) -> list[int]:
     """The token ids of one prompt (a string, or token ids as a list or 1-d tensor), checked: a string needs a
@@ -69,8 +75,7 @@ def prompt_token_ids(prompt, tokenizer, name: str, vocab_size: int | None = None
         raise ParamError(name, f"{name} must hold at least one token, got an empty prompt")
     if min(prompt) < 0 or (vocab_size is not None and max(prompt) >= vocab_size):
         raise ParamError(name, f"{name} token ids must be in [0, {vocab_size}), got {min(prompt)}..{max(prompt)}")
-    if context is not None and len(prompt) > context:
-        raise ParamError(name, f"{name} has {len(prompt)} tokens, longer than the model's context of {context}")
+    check_prompt_fits(len(prompt), context, name)
     return list(prompt)
 
 
