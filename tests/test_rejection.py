@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-import decodelab.sampling as sampling
+import decodelab.fast_paths as fast_paths
 from decodelab.rejection import top_p_rejection
 from decodelab.sampling import SamplingParams, make_generator, process_logits, sample
 
@@ -52,7 +52,7 @@ def test_handing_pending_rows_to_the_sort_path_keeps_the_distribution(monkeypatc
         calls.append(len(pending))
         return tokens, pending
 
-    monkeypatch.setattr(sampling, "top_p_rejection", one_round)
+    monkeypatch.setattr(fast_paths, "top_p_rejection", one_round)
     torch.manual_seed(11)
     logits = torch.randn(1, 700) * 2
     params = SamplingParams(top_p=0.4)
@@ -118,10 +118,10 @@ def test_only_rows_with_top_p_alone_take_the_rejection_route(monkeypatch):
     seen = []
 
     def spy(logits, top_p, generators, **kwargs):
-        seen.append((logits.clone(), list(top_p), kwargs.get("temperature")))
+        seen.append((logits.clone(), list(top_p)))
         return top_p_rejection(logits, top_p, generators, **kwargs)
 
-    monkeypatch.setattr(sampling, "top_p_rejection", spy)
+    monkeypatch.setattr(fast_paths, "top_p_rejection", spy)
     torch.manual_seed(14)
     logits = torch.randn(8, 600)
     params = [SamplingParams(top_p=0.9), SamplingParams(top_k=5, top_p=0.9), SamplingParams(min_p=0.1, top_p=0.9),
@@ -129,9 +129,10 @@ def test_only_rows_with_top_p_alone_take_the_rejection_route(monkeypatch):
               SamplingParams(temperature=0.0, top_p=0.9), SamplingParams(), SamplingParams(top_k=3)]
     tokens = sample(logits, params, method="fast")
     assert len(seen) == 1
-    routed, top_p, temperature = seen[0]
-    assert top_p == [0.9, 0.5] and temperature == [1.0, 0.5]
-    torch.testing.assert_close(routed, torch.stack([logits[0], logits[4]]))
+    routed, top_p = seen[0]
+    assert top_p == [0.9, 0.5]
+    # the temperature processor ran first: the rejection sees tempered logits
+    torch.testing.assert_close(routed, torch.stack([logits[0], logits[4] / 0.5]))
     kept = torch.isfinite(process_logits(logits, params, method="sort"))
     assert kept.gather(1, tokens.unsqueeze(1)).all()
     sample(logits, params, method="sort")
@@ -170,19 +171,16 @@ def test_tiny_vocabularies_float64_and_removed_tokens():
     (dict(generators=[None]), ValueError, "generators"),
     (dict(generators=torch.Generator()), ValueError, "generators"),
     (dict(generators=[None, 7]), TypeError, r"generators\[1\]"),
-    (dict(temperature=[1.0]), ValueError, "temperature"),
-    (dict(temperature=[1.0, 0.0]), ValueError, "temperature"),
-    (dict(temperature=[1.0, float("inf")]), ValueError, "temperature"),
     (dict(max_rounds=0), ValueError, "max_rounds"),
     (dict(max_rounds=True), ValueError, "max_rounds"),
     (dict(logits=torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]])), ValueError, "finite"),
     (dict(logits=torch.tensor([[0.0, float("nan")], [0.0, 1.0]])), ValueError, "finite"),
 ])
 def test_rejects_bad_input(kwargs, error, pattern):
-    args = dict(logits=torch.randn(2, 5), top_p=[0.9, 0.5], generators=[None, None], temperature=None, max_rounds=4)
+    args = dict(logits=torch.randn(2, 5), top_p=[0.9, 0.5], generators=[None, None], max_rounds=4)
     args.update(kwargs)
     with pytest.raises(error, match=pattern):
-        top_p_rejection(args["logits"], args["top_p"], args["generators"], args["temperature"], args["max_rounds"])
+        top_p_rejection(args["logits"], args["top_p"], args["generators"], args["max_rounds"])
 
 
 @pytest.mark.cuda
@@ -198,17 +196,27 @@ def test_cuda_seeded_rows_and_nucleus():
 
 
 
-def test_fast_top_k_divides_only_the_candidates_by_temperature():
-    """The fast top-k route chooses candidates on untempered logits (dividing keeps the order) and divides those."""
-    from decodelab.truncation import top_k_top_p
+def test_fast_top_k_candidates_equal_the_reference_processors():
+    """The fast route chooses each top-k row's candidates on untempered logits (dividing keeps the order); the
+    processors then divide only those, and the result equals the dense reference."""
+    from decodelab.processors import RowGroup, apply_processors
+    from decodelab.sampling_batch import SamplingBatch
 
     torch.manual_seed(18)
     logits = torch.randn(3, 2000) * 3
-    temperature = torch.tensor([[0.5], [1.0], [1.7]])
-    sort_path = top_k_top_p(logits, [0, 1, 2], [5, 40, 300], [0.9, 1.0, 0.8], "sort", temperature)[0].dense(2000)
-    for block in top_k_top_p(logits, [0, 1, 2], [5, 40, 300], [0.9, 1.0, 0.8], "fast", temperature):
-        assert torch.equal(block.dense(2000), sort_path[block.rows])
-    assert torch.equal(sort_path, top_k_top_p(logits / temperature, [0, 1, 2], [5, 40, 300], [0.9, 1.0, 0.8],
-                                              "sort")[0].logits)
-    with pytest.raises(ValueError, match="top_k"):
-        top_k_top_p(logits, [0, 1, 2], [5, 0, 3], [0.9] * 3, "fast", temperature)
+    batch = SamplingBatch([SamplingParams(top_k=5, top_p=0.9, temperature=0.5), SamplingParams(top_k=40),
+                           SamplingParams(top_k=300, top_p=0.8, temperature=1.7)])
+    reference = apply_processors(RowGroup.dense([0, 1, 2], logits), batch).logits
+    fast = apply_processors(fast_paths.top_k_candidates(logits, [0, 1, 2], batch, None), batch)
+    assert fast.top_k_candidates and fast.widths == [5, 40, 300]
+    assert torch.equal(fast.to_vocabulary(2000), reference)
+
+
+def test_rejection_can_use_the_callers_tensor_as_scratch():
+    torch.manual_seed(19)
+    logits = torch.randn(4, 1000) * 2
+    kept = logits.clone()
+    copied, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i) for i in range(4)])
+    assert torch.equal(logits, kept), "without overwrite the input is left as it was"
+    scratch, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i) for i in range(4)], overwrite=True)
+    assert torch.equal(copied, scratch)

@@ -10,6 +10,7 @@ same `SamplingParams` give the same tokens in either.
 repetition penalty, then the n-gram ban; frequency and presence, which transformers lacks, sit between the two).
 
     >>> from decodelab.params import SamplingParams
+from decodelab.sampling_batch import SamplingBatch
     >>> apply_penalties(torch.ones(1, 5), [SamplingParams(repetition_penalty=2.0)], [[1, 1]])[0, 1].item()
     0.5
 
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from decodelab.params import SamplingParams
+from decodelab.sampling_batch import SamplingBatch
 
 
 def is_token_id(value) -> bool:
@@ -88,27 +90,29 @@ def banned_ngram_tokens(history: torch.Tensor, sizes: Sequence[int], vocab_size:
     return banned
 
 
-def apply_penalties(x: torch.Tensor, rows: Sequence[SamplingParams], output_tokens,
+def apply_penalties(x: torch.Tensor, rows: Sequence[SamplingParams] | SamplingBatch, output_tokens,
                     prompt_tokens=None) -> torch.Tensor:
     """Repetition (divide positive logits, multiply negative ones, as transformers) over prompt + output, then
     frequency and presence (subtract count * frequency + [count > 0] * presence, as vLLM and OpenAI) over the output,
     then the no-repeat-n-gram ban (-inf for each token that would repeat an n-gram of prompt + output, as
-    transformers). `x` `[B, V]`; `output_tokens` and `prompt_tokens` as `token_tensor` takes them (None: no prompt)."""
+    transformers). `x` `[B, V]`; `rows` the rows' parameters (a `SamplingBatch` or one `SamplingParams` per row);
+    `output_tokens` and `prompt_tokens` as `token_tensor` takes them (None: no prompt)."""
     batch, vocab_size = x.shape
+    params = rows if isinstance(rows, SamplingBatch) else SamplingBatch(rows, x.device)
     ids = token_tensor(output_tokens, batch, vocab_size, x.device)  # [B, T]
     prompt = None if prompt_tokens is None else token_tensor(prompt_tokens, batch, vocab_size, x.device,
                                                              "prompt_tokens")  # [B, L]
     counts = token_counts(ids, batch, vocab_size, x.device).to(x.dtype)  # [B, V], the output only
     seen = counts > 0
-    column = lambda values: torch.tensor(values, dtype=x.dtype, device=x.device).unsqueeze(1)  # noqa: E731
-    if any(r.repetition_penalty != 1.0 for r in rows):
-        penalty = column([r.repetition_penalty for r in rows])
+    if params.uses("repetition_penalty"):
+        penalty = params.column("repetition_penalty", x.dtype)  # [B, 1]
         seen_anywhere = seen if prompt is None else seen | (token_counts(prompt, batch, vocab_size, x.device) > 0)
         x = torch.where(seen_anywhere, torch.where(x < 0, x * penalty, x / penalty), x)
-    if any(r.frequency_penalty != 0.0 or r.presence_penalty != 0.0 for r in rows):
-        x = x - counts * column([r.frequency_penalty for r in rows]) - seen * column([r.presence_penalty for r in rows])
-    if any(r.no_repeat_ngram_size > 0 for r in rows):
+    if params.uses("frequency_penalty") or params.uses("presence_penalty"):
+        x = (x - counts * params.column("frequency_penalty", x.dtype)
+             - seen * params.column("presence_penalty", x.dtype))
+    if any(params.ngram_sizes):
         history = ids if prompt is None else torch.cat([prompt, ids], dim=1)  # [B, L + T]; padding is dropped
-        banned = banned_ngram_tokens(history, [r.no_repeat_ngram_size for r in rows], vocab_size)
+        banned = banned_ngram_tokens(history, params.ngram_sizes, vocab_size)
         x = x.masked_fill(banned & torch.isfinite(x), float("-inf"))  # NaN and +inf stay, for the caller's check
     return x

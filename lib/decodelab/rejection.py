@@ -32,7 +32,6 @@ and measured in benchmarks/sampling.py.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -75,10 +74,10 @@ def _draw(chunks: torch.Tensor, chunk_mass: torch.Tensor, uniforms: torch.Tensor
 
 
 def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Sequence[torch.Generator | None],
-                    temperature: Sequence[float] | None = None,
-                    max_rounds: int = MAX_ROUNDS) -> tuple[torch.Tensor, list[int]]:
-    """Draw one token per row of `logits / temperature` (`[n, V]`, temperature one positive float per row or None
-    for 1) from its top-p nucleus, by rejection with a rising pivot.
+                    max_rounds: int = MAX_ROUNDS, overwrite: bool = False) -> tuple[torch.Tensor, list[int]]:
+    """Draw one token per row of `logits` (`[n, V]`, already divided by each row's temperature) from its top-p
+    nucleus, by rejection with a rising pivot. With `overwrite` the caller hands `logits` over as scratch space
+    (float32 or float64 only), which saves a copy of `[n, V]`.
 
     Returns `(tokens, pending)`: tokens `[n]` (LongTensor) and the rows still undecided after `max_rounds`, whose
     entries in `tokens` are meaningless; the caller draws those another exact way (the sort-based path).
@@ -98,21 +97,19 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
     for i, g in enumerate(generators):
         if g is not None and not isinstance(g, torch.Generator):
             raise TypeError(f"generators[{i}] must be a torch.Generator or None, got {type(g).__name__}")
-    if temperature is not None and (len(temperature) != n or not all(
-            isinstance(t, float) and 0.0 < t < math.inf for t in temperature)):
-        raise ValueError(f"temperature must be None or hold {n} finite floats > 0, got {list(temperature)!r:.200}")
     check_int(max_rounds, "max_rounds")
     device = logits.device
     row_max = logits.amax(dim=-1, keepdim=True)  # [n, 1]
     if not bool(torch.isfinite(row_max).all()):
         raise ValueError("logits rows must each hold a finite maximum (no NaN, no +inf, not all -inf)")
-    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    shifted = logits.to(dtype) - row_max  # [n, V]; the most likely token gets weight exp(0) = 1 exactly
+    # [n, V]; the most likely token gets weight exp(0) = 1 exactly. In place when allowed: on a CPU every fresh
+    # [n, V] buffer costs page faults as well as a pass
+    if overwrite and logits.dtype in (torch.float32, torch.float64):
+        shifted = logits.sub_(row_max)
+    else:
+        shifted = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32) - row_max
     if vocab_size % DRAW_CHUNK:
         shifted = F.pad(shifted, (0, -vocab_size % DRAW_CHUNK), value=float("-inf"))  # weight 0: never drawn
-    if temperature is not None and any(t != 1.0 for t in temperature):
-        # in place: on a CPU every fresh [n, V] buffer costs page faults as well as a pass
-        shifted.div_(torch.tensor(temperature, dtype=shifted.dtype, device=device).unsqueeze(1))
     weights = shifted.exp_()  # [n, V'] probabilities times the row's normaliser
     chunk_mass = weights.view(n, -1, DRAW_CHUNK).sum(dim=-1)  # [n, C]
     normaliser = chunk_mass.sum(dim=-1, keepdim=True)  # [n, 1]

@@ -1,9 +1,18 @@
-"""Per-request sampling parameters, logits processing and batched sampling.
+"""Per-request sampling parameters, logits processing and batched sampling: params -> processors -> draw.
 
 One batch, one `SamplingParams` per row, as a serving engine (vLLM) does it: greedy and random requests share a batch,
 every row has its own temperature, top-k, top-p, min-p, typical-p, penalties, no-repeat-n-gram size and seed, and the
-maths is vectorised over rows. The order of processing is transformers': penalties and the n-gram ban, temperature,
-top-k, top-p, min-p, typical.
+maths is vectorised over rows. A call reads top to bottom:
+
+1. the rows' parameters as tensors (`decodelab.sampling_batch.SamplingBatch`, which an engine builds once per batch);
+2. the penalties and the n-gram ban over the whole row (`decodelab.penalties`);
+3. argmax rows take their argmax;
+4. the other rows, in groups, through the processors in transformers' order: temperature, top-k, top-p, min-p,
+   typical (`decodelab.processors`; temperature happens there and only there);
+5. one draw per row.
+
+`method="fast"` routes rows through the performance code of `decodelab.fast_paths` (top-k candidates found in one
+pass, top-p alone drawn by rejection); `method="sort"` is the reference. Both are exact.
 
     >>> logits = torch.randn(2, 100)
     >>> params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, top_p=0.9, seed=1)]
@@ -17,12 +26,13 @@ from collections.abc import Sequence
 
 import torch
 
+from decodelab import fast_paths
 from decodelab.params import SamplingParams, is_int
 from decodelab.penalties import apply_penalties
-from decodelab.rejection import top_p_rejection
+from decodelab.processors import RowGroup, apply_processors
+from decodelab.sampling_batch import SamplingBatch, as_batch
 from decodelab.topk import chunk_maxima
-from decodelab.truncation import (METHODS, NEG_INF, RowGroup, min_p_filter, take_rows, top_k_top_p, top_k_top_p_sort,
-                                  typical_filter)
+from decodelab.truncation import NEG_INF, take_rows
 from decodelab.validation import check_int
 
 _MASK64 = (1 << 64) - 1
@@ -62,19 +72,6 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     return generator
 
 
-def _rows_of(params: SamplingParams | Sequence[SamplingParams], batch: int) -> list[SamplingParams]:
-    if isinstance(params, SamplingParams):
-        return [params] * batch
-    if isinstance(params, (str, bytes)) or not isinstance(params, Sequence):
-        raise TypeError(f"params must be a SamplingParams or a sequence of {batch}, got {type(params).__name__}")
-    if len(params) != batch:
-        raise ValueError(f"params must hold one SamplingParams per row: {batch} rows, got {len(params)}")
-    for i, row in enumerate(params):
-        if not isinstance(row, SamplingParams):
-            raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
-    return list(params)
-
-
 def _check_logits(logits: torch.Tensor) -> None:
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
@@ -94,21 +91,17 @@ def _check_rows(maxima: torch.Tensor) -> None:
         raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
 
 
-def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top_p: bool = False,
-             prompt_tokens=None):
-    """Shared by `process_logits` and `sample`: returns the penalised logits `x` (not yet tempered), the rows' params,
-    greedy rows, the blocks, (with `defer_top_p`) the rows with top-p alone, left for rejection sampling, and the
-    rows' temperatures `[B, 1]` (None when all are 1)."""
+def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str):
+    """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters, the penalised logits `[B, V]`
+    (float32, or float64 for float64 input; the input is never modified) and, on the fast path, their chunk maxima."""
     _check_logits(logits)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    batch, _ = logits.shape
-    rows = _rows_of(params, batch)
-    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    x = logits.to(dtype)  # [B, V]; every step below is out of place, so the input is never modified
+    if method not in fast_paths.METHODS:
+        raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
+    batch = as_batch(params, logits.shape[0], logits.device)
+    x = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)  # [B, V]
     if output_tokens is not None:
-        x = apply_penalties(x, rows, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
-    elif any(r.has_penalties for r in rows):
+        x = apply_penalties(x, batch, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
+    elif batch.has_penalties:
         raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
     elif prompt_tokens is not None:
         raise ValueError("prompt_tokens goes with output_tokens (empty lists before the first token); "
@@ -116,92 +109,57 @@ def _process(logits: torch.Tensor, params, output_tokens, method: str, defer_top
     # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.topk)
     chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
     _check_rows(x if chunk_max is None else chunk_max)
-    # top_k = 1 keeps one token: the argmax, ties to the lowest id, exactly as temperature 0 (a threshold at the k-th
-    # value would keep every tied token and draw among them)
-    argmax_only = [r.greedy or r.top_k == 1 for r in rows]
-    greedy = [i for i, only in enumerate(argmax_only) if only]
-    random_rows = [i for i, only in enumerate(argmax_only) if not only]
-    temperature = None  # [B, 1]
-    if any(rows[i].temperature != 1.0 for i in random_rows):
-        temperature = torch.tensor([1.0 if only else r.temperature for r, only in zip(rows, argmax_only)], dtype=dtype,
-                                   device=x.device).unsqueeze(1)
-
-    def tempered(group: list[int]) -> torch.Tensor:  # [len(group), V]
-        part = take_rows(x, group)
-        return part if temperature is None else part / take_rows(temperature, group)
-
-    top_p_alone = [i for i in random_rows if defer_top_p and rows[i].top_p < 1.0 and rows[i].top_k == 0
-                   and rows[i].min_p == 0.0 and rows[i].typical_p == 1.0]
-    deferred = set(top_p_alone)  # built once: a set per row made this quadratic in the batch size
-    truncate = [i for i in random_rows if (rows[i].top_k > 0 or rows[i].top_p < 1.0) and i not in deferred]
-    untouched = [i for i in random_rows if rows[i].top_k == 0 and rows[i].top_p == 1.0]
-    # the fast top-k route divides only each row's k candidates: dividing by a temperature keeps the order
-    top_k_first = [i for i in truncate if method == "fast" and rows[i].top_k > 0]
-    first = set(top_k_first)
-    truncate = [i for i in truncate if i not in first]
-    blocks: list[RowGroup] = []
-    if top_k_first:
-        blocks += top_k_top_p(take_rows(x, top_k_first), top_k_first, [rows[i].top_k for i in top_k_first],
-                              [rows[i].top_p for i in top_k_first], method,
-                              None if temperature is None else take_rows(temperature, top_k_first),
-                              None if chunk_max is None else take_rows(chunk_max, top_k_first))
-    if truncate:  # a temperature keeps each row's order, so the chunk maxima still pick the right chunks
-        blocks += top_k_top_p(tempered(truncate), truncate, [rows[i].top_k for i in truncate],
-                              [rows[i].top_p for i in truncate], method, None,
-                              None if chunk_max is None else take_rows(chunk_max, truncate))
-    if untouched:
-        blocks.append(RowGroup(untouched, tempered(untouched), None, [x.shape[1]] * len(untouched)))
-    for block in blocks:
-        _min_p_and_typical(block, rows)
-    return x, rows, greedy, blocks, top_p_alone, temperature
+    return batch, x, chunk_max
 
 
-def _min_p_and_typical(block: RowGroup, rows: list[SamplingParams]) -> None:
-    min_p = [rows[i].min_p for i in block.rows]
-    if any(v > 0 for v in min_p):
-        block.logits = min_p_filter(block.logits, min_p)
-    typical = [j for j, i in enumerate(block.rows) if rows[i].typical_p < 1.0]
-    if typical:  # a sort, so only for the rows that ask for it
-        index = torch.tensor(typical, device=block.logits.device)
-        filtered = typical_filter(block.logits.index_select(0, index), [rows[block.rows[j]].typical_p for j in typical])
-        block.logits = block.logits.index_copy(0, index, filtered)
+def _groups(x: torch.Tensor, batch: SamplingBatch, routes: fast_paths.Routes,
+            chunk_max: torch.Tensor | None) -> list[RowGroup]:
+    """Step 4: the random rows of the processor routes, each group through the processors."""
+    groups = []
+    if routes.top_k:
+        groups.append(fast_paths.top_k_candidates(x, list(routes.top_k), batch, chunk_max))
+    if routes.dense:
+        groups.append(RowGroup.dense(list(routes.dense), take_rows(x, list(routes.dense))))
+    return [apply_processors(group, batch) for group in groups]
 
 
-def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
+def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams] | SamplingBatch,
                    output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
                    method: str = "fast",
                    prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
     """Apply each row's parameters to `logits` `[B, V]` and return new logits `[B, V]` (float32, or float64 for
     float64 input) in which removed tokens are -inf; softmax of the result is the distribution `sample` draws from.
 
-    `params` is one `SamplingParams` for every row or one per row. `output_tokens` (`[B, T]` LongTensor with negative
-    padding, or B lists of ids) are the tokens generated so far, required when a row sets a penalty; `prompt_tokens`,
-    in the same form, the prompt. What each penalty sees is transformers' and vLLM's rule (`decodelab.penalties`):
-    repetition and the n-gram ban see prompt + output, frequency and presence the output only.
+    `params` is one `SamplingParams` for every row, one per row, or a `SamplingBatch`. `output_tokens` (`[B, T]`
+    LongTensor with negative padding, or B lists of ids) are the tokens generated so far, required when a row sets a
+    penalty; `prompt_tokens`, in the same form, the prompt. What each penalty sees is transformers' and vLLM's rule
+    (`decodelab.penalties`): repetition and the n-gram ban see prompt + output, frequency and presence the output only.
     A greedy row (temperature 0, or top_k = 1) keeps only its argmax after penalties (top-k/top-p/min-p/typical do
     not apply to it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the
-    token greedy decoding picks, the lowest id among tied maxima. `method` is "fast" (no sort of the vocabulary) or "sort" (the reference); both are exact.
+    token greedy decoding picks, the lowest id among tied maxima. `method` is "fast" or "sort" (the reference); both
+    are exact.
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, _, greedy, blocks, _, _ = _process(logits, params, output_tokens, method, prompt_tokens=prompt_tokens)
+    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method)
     out = torch.full_like(x, NEG_INF)  # [B, V]
-    for block in blocks:
-        out.index_copy_(0, torch.tensor(block.rows, device=x.device), block.dense(x.shape[1]))
-    if greedy:
-        index = torch.tensor(greedy, device=x.device)
-        greedy_x = take_rows(x, greedy)  # [G, V]
+    for group in _groups(x, batch, fast_paths.routes(batch, method, sampling=False), chunk_max):
+        out.index_copy_(0, torch.tensor(group.rows, device=x.device), group.to_vocabulary(x.shape[1]))
+    if batch.argmax_rows:
+        rows = list(batch.argmax_rows)
+        greedy_x = take_rows(x, rows)  # [G, V]
         best = greedy_x.argmax(dim=-1, keepdim=True)  # [G, 1]
-        out.index_copy_(0, index, torch.full_like(greedy_x, NEG_INF).scatter(1, best, greedy_x.gather(1, best)))
+        out.index_copy_(0, torch.tensor(rows, device=x.device),
+                        torch.full_like(greedy_x, NEG_INF).scatter(1, best, greedy_x.gather(1, best)))
     return out
 
 
-def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
+def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams] | SamplingBatch,
            generators: Sequence[torch.Generator | None] | None = None,
            output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
            method: str = "fast",
            prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
-    """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `output_tokens` and `prompt_tokens` as in
+    """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `params`, `output_tokens` and `prompt_tokens` as in
     `process_logits`.
 
     Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
@@ -216,42 +174,49 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 
     Taught in: chapters/03-strategies.ipynb
     """
-    x, rows, greedy, blocks, top_p_alone, temperature = _process(logits, params, output_tokens, method,
-                                                                 method == "fast", prompt_tokens)
-    batch = x.shape[0]
+    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method)
+    generators = _generators(generators, batch, x.device)
+    tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
+    if batch.argmax_rows:
+        rows = list(batch.argmax_rows)
+        tokens[torch.tensor(rows, device=x.device)] = take_rows(x, rows).argmax(dim=-1)
+    routes = fast_paths.routes(batch, method, sampling=True)
+    groups = _groups(x, batch, routes, chunk_max)
+    if routes.rejection:
+        drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators)
+        tokens[torch.tensor(routes.rejection, device=x.device)] = drawn
+        if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
+            groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
+    for group in groups:
+        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators)
+    return tokens
+
+
+def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[torch.Generator | None]:
+    """One generator or None per row; a seeded row without one gets a fresh generator from its seed."""
+    size = len(batch)
     if generators is None:
-        generators = [None] * batch
-    elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != batch:
-        raise ValueError(f"generators must be a sequence of {batch} torch.Generator or None, got {generators!r}")
+        generators = [None] * size
+    elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != size:
+        raise ValueError(f"generators must be a sequence of {size} torch.Generator or None, got {generators!r:.200}")
     generators = list(generators)
     for i, g in enumerate(generators):
         if g is not None and not isinstance(g, torch.Generator):
             raise TypeError(f"generators[{i}] must be a torch.Generator or None, got {type(g).__name__}")
-        if g is not None and g.device.type != x.device.type:
-            raise ValueError(f"generators[{i}] is on {g.device}, logits are on {x.device}")
-        if g is None and rows[i].seed is not None:
-            generators[i] = make_generator(rows[i].seed, x.device)
-    tokens = torch.empty(batch, dtype=torch.long, device=x.device)
-    if greedy:
-        index = torch.tensor(greedy, device=x.device)
-        tokens[index] = take_rows(x, greedy).argmax(dim=-1)
-    if top_p_alone:
-        drawn, pending = top_p_rejection(take_rows(x, top_p_alone), [rows[i].top_p for i in top_p_alone],
-                                         [generators[i] for i in top_p_alone],
-                                         temperature=[rows[i].temperature for i in top_p_alone])
-        tokens[torch.tensor(top_p_alone, device=x.device)] = drawn
-        if pending:  # rare: rows the rejection rounds did not settle are drawn from the sorted nucleus
-            late = [top_p_alone[j] for j in pending]
-            late_x = take_rows(x, late) if temperature is None else take_rows(x, late) / take_rows(temperature, late)
-            nucleus = top_k_top_p_sort(late_x, [0] * len(late), [rows[i].top_p for i in late])
-            blocks.append(RowGroup(late, nucleus, None, [x.shape[1]] * len(late)))
-    for block in blocks:
-        probs = torch.softmax(block.logits, dim=-1)  # [n, K]
-        noise = _exponential_noise(probs, [generators[i] for i in block.rows], block.widths)
-        column = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
-        chosen = column if block.token_ids is None else block.token_ids.gather(1, column)
-        tokens[torch.tensor(block.rows, device=x.device)] = chosen.squeeze(1)
-    return tokens
+        if g is not None and g.device.type != device.type:
+            raise ValueError(f"generators[{i}] is on {g.device}, logits are on {device}")
+        if g is None and batch.params[i].seed is not None:
+            generators[i] = make_generator(batch.params[i].seed, device)
+    return generators
+
+
+def _draw(group: RowGroup, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Step 5: one token per row of `group`, `argmax(p / E)` with `E ~ Exponential(1)`, `[n]`."""
+    probs = torch.softmax(group.logits, dim=-1)  # [n, K]
+    noise = _exponential_noise(probs, [generators[i] for i in group.rows], group.widths)
+    column = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
+    chosen = column if group.token_ids is None else group.token_ids.gather(1, column)
+    return chosen.squeeze(1)
 
 
 def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
