@@ -11,7 +11,8 @@ the "。" at the start of the next line. Inline math followed by closing punctua
 punctuation) is wrapped with that punctuation in `<span class="dl-nowrap">`, which book/static/course.css keeps on
 one line.
 
-Code blocks, inline code, math and notebook outputs are never changed.
+Code blocks, inline code, math and notebook outputs are never changed, except a figure's caption: myst-nb puts the
+caption of a figure drawn by a cell (`mystnb.figure.caption`) inside that cell's output, and it is prose.
 """
 from __future__ import annotations
 
@@ -142,13 +143,17 @@ def keep_math_with_punctuation(math: nodes.math) -> bool:
     return True
 
 
-def inside(node: nodes.Node, kinds: tuple[type, ...]) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if isinstance(parent, kinds) or is_cell_output(parent):
+def is_prose(node: nodes.Node, opaque: tuple[type, ...]) -> bool:
+    """Whether `node` is prose: not inside an `opaque` node nor a notebook output, unless it is (in) a figure's
+    caption, which is prose even inside the output of the cell that draws the figure."""
+    current = node
+    while current is not None:
+        if isinstance(current, nodes.caption):
             return True
-        parent = parent.parent
-    return False
+        if current is not node and (isinstance(current, opaque) or is_cell_output(current)):
+            return False
+        current = current.parent
+    return True
 
 
 class CJKProse(SphinxTransform):
@@ -158,10 +163,10 @@ class CJKProse(SphinxTransform):
 
     def apply(self, **kwargs: Any) -> None:
         for block in list(self.document.findall(lambda node: isinstance(node, PROSE_BLOCKS))):
-            if not inside(block, (nodes.FixedTextElement, nodes.raw)):
+            if is_prose(block, (nodes.FixedTextElement, nodes.raw)):
                 remove_cjk_line_breaks(block)
         for math in list(self.document.findall(nodes.math)):
-            if not inside(math, (nodes.FixedTextElement,)):
+            if is_prose(math, (nodes.FixedTextElement,)):
                 keep_math_with_punctuation(math)
 
 

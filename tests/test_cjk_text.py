@@ -6,7 +6,7 @@ import pytest
 from docutils import nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "book"))
-from cjk_text import NOWRAP_CLASS, joins, keep_math_with_punctuation, remove_cjk_line_breaks  # noqa: E402
+from cjk_text import NOWRAP_CLASS, is_prose, joins, keep_math_with_punctuation, remove_cjk_line_breaks  # noqa: E402
 
 
 @pytest.mark.parametrize("before, after, expected", [
@@ -55,3 +55,14 @@ def test_math_is_wrapped_with_its_punctuation():
     alone = nodes.math("", "x")
     paragraph(nodes.Text("设 "), alone, nodes.Text(" 为"))
     assert not keep_math_with_punctuation(alone)
+
+
+def test_a_figure_caption_inside_a_cell_output_is_prose_and_the_rest_of_the_output_is_not():
+    # myst-nb puts the figure drawn by a cell, caption included, inside that cell's output
+    math = nodes.math("", "T")
+    caption = nodes.caption("", "", nodes.Text("温度 "), math, nodes.Text("。"))
+    printed = nodes.math("", "x")
+    output = nodes.container("", nodes.figure("", caption), nodes.paragraph("", "", printed), classes=["cell_output"])
+    nodes.container("", output, classes=["cell"])
+    assert is_prose(caption, (nodes.FixedTextElement,)) and is_prose(math, (nodes.FixedTextElement,))
+    assert not is_prose(printed, (nodes.FixedTextElement,))
