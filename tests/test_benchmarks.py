@@ -41,8 +41,10 @@ def test_sampling_benchmark_smoke(tmp_path):
     run_benchmark("sampling.py", out, "--repeats", "1")
     result = json.loads(out.read_text())
     assert {(row["B"], row["V"]) for row in result["rows"]} == {(1, 32768), (64, 32768)}
-    assert all(row["fast_ms"] > 0 and row["transformers_ms"] > 0 for row in result["rows"])
+    assert all(row["fast_ms"] > 0 and row["fast_prebuilt_ms"] > 0 and row["transformers_ms"] > 0
+               for row in result["rows"])
     assert {check["target"].split(":")[0] for check in result["targets"]} >= {"top-k+top-p"}
+    assert result["scaling"]["us_per_row_20000"] > 0 and any("quadratic" in c["target"] for c in result["targets"])
 
 
 def test_attention_benchmark_smoke(tmp_path):

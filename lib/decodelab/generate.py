@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.sampling import SamplingBatch, SamplingParams, make_generator, sample
 from decodelab.detokenize import TextStream
 from decodelab.grammar import mask_logits
 from decodelab.requests import Completion, eos_token_ids, finish_reason, output_text, prompt_token_ids, text_decoder
@@ -125,6 +125,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids], device=device)  # [B, L]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, L]: 0 at each prompt's first real token
     generators = [make_generator(p.seed, device) for p in params]
+    sampling_batch = SamplingBatch(params, device)  # the rows' parameters as tensors, once for the whole generation
     # the penalties' view of the text: the prompts, -1 where a row is padded, and the output so far (no padding)
     prompt_history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L]
                       if any(p.has_penalties for p in params) else None)
@@ -140,9 +141,9 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     while True:
         last = mask_logits(logits[:, -1, :], [g if running[i] else None for i, g in enumerate(grammars)])  # [B, V]
         if prompt_history is None:
-            sampled = sample(last, params, generators)  # [B]
+            sampled = sample(last, sampling_batch, generators)  # [B]
         else:
-            sampled = sample(last, params, generators, output_history, prompt_tokens=prompt_history)
+            sampled = sample(last, sampling_batch, generators, output_history, prompt_tokens=prompt_history)
             output_history = torch.cat([output_history, sampled.unsqueeze(1)], dim=1)
         next_tokens = sampled.tolist()
         for i in range(batch):
