@@ -104,3 +104,41 @@ def test_many_rows_are_routed_in_linear_time():
 def test_bad_batches_are_named(make, error, pattern):
     with pytest.raises(error, match=pattern):
         make()
+
+
+def test_logit_bias_is_added_first_and_moves_the_argmax():
+    logits = torch.tensor([[3.0, 1.0, 0.0, -1.0]] * 3)
+    params = [SamplingParams(temperature=0.0, logit_bias={2: 5.0}),
+              SamplingParams(temperature=0.0, logit_bias={0: -100.0}, repetition_penalty=2.0),
+              SamplingParams(temperature=0.0)]
+    # row 1: the bias first (token 0: 3 - 100 = -97), then the repetition penalty on the seen token 1 (1 -> 0.5),
+    # which still beats token 2's 0
+    assert sample(logits, params, output_tokens=[[], [1], []]).tolist() == [2, 1, 0]
+    kept = process_logits(logits[:1], SamplingParams(logit_bias=[(3, 1.5), (1, -1.0)]))
+    assert torch.allclose(kept, torch.tensor([[3.0, 0.0, 0.0, 0.5]]))
+
+
+def test_a_strong_negative_bias_bans_a_token_when_sampling():
+    logits = torch.zeros(4000, 3)
+    tokens = sample(logits, SamplingParams(logit_bias={1: -100}, seed=None))
+    assert (tokens != 1).all() and set(tokens.tolist()) == {0, 2}
+
+
+@pytest.mark.parametrize("bias, pattern", [
+    ({-1: 1.0}, "token ids"), ({1: 101.0}, r"\[-100, 100\]"), ({1: float("nan")}, r"\[-100, 100\]"),
+    ("5", "dict or pairs"), ([(1, 2.0, 3.0)], "dict or pairs"), ([(1, 1.0), (1, 2.0)], "twice"),
+])
+def test_bad_logit_bias_is_named(bias, pattern):
+    with pytest.raises(ValueError, match=pattern) as error:
+        SamplingParams(logit_bias=bias)
+    assert error.value.param == "logit_bias"
+
+
+def test_logit_bias_outside_the_vocabulary_is_refused_before_generating(tiny):
+    from decodelab.generate import generate
+
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match=r"logit_bias for params\[0\] must be < the vocabulary size"):
+        generate(model, tokenizer, "小明", SamplingParams(logit_bias={10**6: 1.0}))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        sample(torch.zeros(1, 5), SamplingParams(logit_bias={5: 1.0}))

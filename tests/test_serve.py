@@ -130,6 +130,19 @@ def test_vllm_extra_fields(client, engine):
     assert texts(token_prompt) == [reference.text]
 
 
+def test_logit_bias_moves_the_tokens_as_in_the_engine(client, engine, tiny):
+    _, tokenizer = tiny
+    banned = tokenizer.convert_tokens_to_ids("。")
+    forced = tokenizer.convert_tokens_to_ids("猫")
+    params = SamplingParams(temperature=0, max_tokens=12, logit_bias={banned: -100, forced: 7.5})
+    [reference] = engine.generate(["小明"], params)
+    [plain] = engine.generate(["小明"], SamplingParams(temperature=0, max_tokens=12))
+    response = client.completions.create(model=MODEL, prompt="小明", temperature=0, max_tokens=12,
+                                         logit_bias={str(banned): -100, str(forced): 7.5})
+    assert texts(response) == [reference.text] and reference.text != plain.text
+    assert "。" not in reference.text and "猫" in reference.text
+
+
 BAD_REQUESTS = [
     ({"temperature": -1}, "temperature"),
     ({"temperature": "hot"}, "temperature"),
@@ -153,7 +166,9 @@ BAD_REQUESTS = [
     ({"prompt": "hello"}, "prompt"),                    # characters outside the vocabulary
     ({"echo": True}, "echo"),
     ({"best_of": 3}, "best_of"),
-    ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+    ({"logit_bias": {"x": 1.0}}, "logit_bias"),
+    ({"logit_bias": {"5": 500}}, "logit_bias"),
+    ({"logit_bias": {"100000": 1}}, "logit_bias"),        # a token id outside the vocabulary
     ({"suffix": "。"}, "suffix"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"extra_body": {"temprature": 0.5}}, "temprature"),

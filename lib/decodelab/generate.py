@@ -22,7 +22,8 @@ import torch
 from decodelab.sampling import SamplingBatch, SamplingParams, make_generator, sample
 from decodelab.detokenize import TextStream
 from decodelab.grammar import mask_logits
-from decodelab.requests import Completion, eos_token_ids, finish_reason, output_text, prompt_token_ids, text_decoder
+from decodelab.requests import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
+                                prompt_token_ids, text_decoder)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     for i, p in enumerate(params):
         if not isinstance(p, SamplingParams):
             raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")
+        vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+        if vocab_size is not None:
+            check_vocabulary_ids(p, vocab_size, f"params[{i}]")
     if not isinstance(stream, bool):
         raise ValueError(f"stream must be a bool, got {stream!r}")
     events = _run(model, tokenizer, ids, list(params), stream_text=stream)

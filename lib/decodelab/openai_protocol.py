@@ -3,7 +3,7 @@
 Fields follow OpenAI's `/v1/completions`; `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`
 and `structured_outputs` (`{"regex": ...}`, `{"choice": [...]}`, `{"json": schema}` or `{"grammar": lark}`, vLLM's
 current names) are the extra fields vLLM accepts (the `openai` client sends them with `extra_body`). A field OpenAI
-defines that this server cannot honour (`echo`, `suffix`, `logit_bias`, `best_of` != n) is refused with a 400 that
+defines that this server cannot honour (`echo`, `suffix`, `best_of` != n) is refused with a 400 that
 says so, never ignored; an unknown field is refused too, so a typo (`temprature`) is not silently the default.
 
     request = CompletionRequest.model_validate(body)      # pydantic: types
@@ -86,7 +86,7 @@ class CompletionRequest(BaseModel):
     user: str | None = None
     echo: StrictBool = False
     suffix: str | None = None
-    logit_bias: dict[str, StrictFloat] | None = None
+    logit_bias: dict[str, StrictFloat | StrictInt] | None = None
     best_of: StrictInt | None = None
     # vLLM's extra sampling fields
     top_k: StrictInt | None = 0
@@ -111,7 +111,7 @@ class CompletionRequest(BaseModel):
         """The request as `SamplingParams` (with `grammar`, built from `structured_outputs` by the caller, who has
         the tokenizer); `max_tokens: null` means `room`, what the context leaves after the longest prompt (vLLM's
         rule). Raises ParamError naming the field for anything out of range or not supported."""
-        unsupported = [("echo", self.echo), ("suffix", self.suffix), ("logit_bias", self.logit_bias)]
+        unsupported = [("echo", self.echo), ("suffix", self.suffix)]
         for name, value in unsupported:
             if value:
                 raise ParamError(name, f"{name} is not supported by this server, got {value!r}")
@@ -134,7 +134,16 @@ class CompletionRequest(BaseModel):
         values = {name: defaults[name] if value is None else value for name, value in values.items()}
         return SamplingParams(**values, n=self.n, max_tokens=max_tokens, seed=self.seed, stop=tuple(stop),
                               stop_token_ids=tuple(self.stop_token_ids or ()), ignore_eos=self.ignore_eos,
-                              logprobs=self.logprobs, grammar=grammar)
+                              logprobs=self.logprobs, grammar=grammar, logit_bias=self._logit_bias())
+
+    def _logit_bias(self) -> tuple[tuple[int, float], ...]:
+        """OpenAI sends `logit_bias` with token ids as JSON object keys, so as strings: {"5": -100}."""
+        pairs = []
+        for key, bias in (self.logit_bias or {}).items():
+            if not (key.isascii() and key.isdigit()):
+                raise ParamError("logit_bias", f"logit_bias keys must be token ids, got {key!r}")
+            pairs.append((int(key), bias))
+        return tuple(pairs)
 
 
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",

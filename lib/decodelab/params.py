@@ -20,6 +20,7 @@ from decodelab.validation import ParamError, as_scalar, check_int
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) dividing can overflow float32
 MAX_ABS_PENALTY = 2.0  # frequency / presence penalties, as OpenAI and vLLM allow
 MAX_LOGPROBS = 20  # alternatives per token an engine reports, vLLM's default cap
+MAX_ABS_LOGIT_BIAS = 100.0  # OpenAI's range for logit_bias values
 
 
 def _is_number(value) -> bool:
@@ -36,6 +37,8 @@ class SamplingParams:
     """How one request chooses its tokens. `temperature=0` means greedy; `top_k=0`, `top_p=1`, `min_p=0`,
     `typical_p=1` and penalties of 1 / 0 switch those off. `no_repeat_ngram_size=n > 0` bans (logit -inf) every token
     that would repeat an n-gram of the tokens seen so far, as transformers' `no_repeat_ngram_size`; 0 is off.
+    `logit_bias` (token id -> a number in [-100, 100], a dict or pairs, kept as sorted pairs) is added to those
+    logits before anything else, as OpenAI's and vLLM's `logit_bias`: -100 in effect bans a token, +100 forces it.
     `n`, `stop` (strings that end the text, left out of it), `logprobs` (report each token's log-probability under
     the model and that many top alternatives; None is off) and `max_tokens` are for engines: sample() draws one token
     per row and ignores them.
@@ -60,6 +63,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     logprobs: int | None = None
     grammar: object | None = None             # a decodelab.grammar Grammar: every step masked by it
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) pairs, sorted by id
 
     def __post_init__(self) -> None:
         checks = [
@@ -100,6 +104,7 @@ class SamplingParams:
         if self.grammar is not None and not is_grammar(self.grammar):
             raise ParamError("grammar", f"grammar must be None or a decodelab grammar (vocab_size, eos_token_id, "
                                         f"start()), got {type(self.grammar).__name__}")
+        object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
         if self.logprobs is not None:
             object.__setattr__(self, "logprobs", check_int(self.logprobs, "logprobs", low=0))
             if self.logprobs > MAX_LOGPROBS:
@@ -115,3 +120,24 @@ class SamplingParams:
         """Whether any penalty or the n-gram ban is on, so the tokens seen so far must be passed as `output_tokens`."""
         return (self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
                 or self.no_repeat_ngram_size > 0)
+
+
+def _logit_bias(value) -> tuple[tuple[int, float], ...]:
+    """`logit_bias` as sorted (token id, bias) pairs; a dict or pairs with ids >= 0 and biases in [-100, 100]."""
+    pairs = value.items() if isinstance(value, dict) else value
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, (tuple, list, type({}.items()))):
+        raise ParamError("logit_bias", f"logit_bias must be a dict or pairs of token id -> bias, got {value!r:.100}")
+    out = {}
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ParamError("logit_bias", f"logit_bias must be a dict or pairs of token id -> bias, got {value!r:.100}")
+        token, bias = as_scalar(pair[0]), as_scalar(pair[1])
+        if not (is_int(token) and token >= 0):
+            raise ParamError("logit_bias", f"logit_bias keys must be token ids (ints >= 0), got {pair[0]!r}")
+        if not _is_number(bias) or math.isnan(bias) or abs(bias) > MAX_ABS_LOGIT_BIAS:
+            raise ParamError("logit_bias", f"logit_bias values must be numbers in [-100, 100], got {pair[1]!r} "
+                                           f"for token {token}")
+        if token in out:
+            raise ParamError("logit_bias", f"logit_bias names token {token} twice")
+        out[token] = float(bias)
+    return tuple(sorted(out.items()))

@@ -1,5 +1,5 @@
 """Repetition, frequency and presence penalties and the no-repeat-n-gram ban over the tokens each row has seen, one
-value per row.
+value per row; and `logit_bias`, added before them. What changes a whole row before the processors run.
 
 What each one sees is what transformers and vLLM define: the repetition penalty and the n-gram ban see the prompt
 and the output (transformers' processors read all of `input_ids`), frequency and presence penalties the output only
@@ -88,6 +88,18 @@ def banned_ngram_tokens(history: torch.Tensor, sizes: Sequence[int], vocab_size:
         hit.scatter_(1, torch.where(matches, windows[..., -1], vocab_size), True)
         banned.index_copy_(0, index, hit[:, :vocab_size])
     return banned
+
+
+def add_logit_bias(x: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """`x` `[B, V]` plus each row's `logit_bias` (OpenAI's and vLLM's: added before penalties and sampling, so it
+    moves the argmax too); a new tensor. A biased id outside the vocabulary raises ValueError."""
+    if not batch.logit_bias:
+        return x
+    rows, ids, values = zip(*batch.logit_bias)
+    if max(ids) >= x.shape[1]:
+        raise ValueError(f"logit_bias names token {max(ids)}, outside the vocabulary (ids 0..{x.shape[1] - 1})")
+    index = (torch.tensor(rows, device=x.device), torch.tensor(ids, device=x.device))
+    return x.index_put(index, torch.tensor(values, dtype=x.dtype, device=x.device), accumulate=True)
 
 
 def apply_penalties(x: torch.Tensor, rows: Sequence[SamplingParams] | SamplingBatch, output_tokens,

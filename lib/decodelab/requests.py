@@ -57,6 +57,16 @@ def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
         raise ParamError(name, f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
 
 
+def check_vocabulary_ids(params: SamplingParams, vocab_size: int, name: str) -> None:
+    """The token ids a request names besides its prompt (`stop_token_ids`, `logit_bias`) must be in the vocabulary:
+    refused when the request is made (ParamError naming the field), not in the middle of a batch."""
+    for field, ids in (("stop_token_ids", list(params.stop_token_ids)),
+                       ("logit_bias", [token for token, _ in params.logit_bias])):
+        outside = [t for t in ids if t >= vocab_size]
+        if outside:
+            raise ParamError(field, f"{field} for {name} must be < the vocabulary size {vocab_size}, got {outside}")
+
+
 def prompt_token_ids(prompt, tokenizer, name: str, vocab_size: int | None = None,
                      context: int | None = None) -> list[int]:
     """The token ids of one prompt (a string, or token ids as a list or 1-d tensor), checked: a string needs a

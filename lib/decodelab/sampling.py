@@ -5,7 +5,7 @@ every row has its own temperature, top-k, top-p, min-p, typical-p, penalties, no
 maths is vectorised over rows. A call reads top to bottom:
 
 1. the rows' parameters as tensors (`decodelab.sampling_batch.SamplingBatch`, which an engine builds once per batch);
-2. the penalties and the n-gram ban over the whole row (`decodelab.penalties`);
+2. `logit_bias`, the penalties and the n-gram ban over the whole row (`decodelab.penalties`);
 3. argmax rows take their argmax;
 4. the other rows, in groups, through the processors in transformers' order: temperature, top-k, top-p, min-p,
    typical (`decodelab.processors`; temperature happens there and only there);
@@ -28,7 +28,7 @@ import torch
 
 from decodelab import fast_paths
 from decodelab.params import SamplingParams, is_int
-from decodelab.penalties import apply_penalties
+from decodelab.penalties import add_logit_bias, apply_penalties
 from decodelab.processors import RowGroup, apply_processors
 from decodelab.sampling_batch import SamplingBatch, as_batch
 from decodelab.topk import chunk_maxima
@@ -99,6 +99,7 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
     batch = as_batch(params, logits.shape[0], logits.device)
     x = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)  # [B, V]
+    x = add_logit_bias(x, batch)  # OpenAI's logit_bias, first (vLLM's order), for argmax rows too
     if output_tokens is not None:
         x = apply_penalties(x, batch, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
     elif batch.has_penalties:

@@ -52,6 +52,8 @@ class SamplingBatch:
         # 1 - top_p in double precision, cast only when it becomes a column: transformers compares with the Python
         # float 1 - top_p, and > 0 exactly when top_p < 1
         self._values["one_minus_top_p"] = tuple(1.0 - p for p in self._values["top_p"])
+        # (row, token id, bias) of every logit_bias entry, added to the logits before anything else
+        self.logit_bias = tuple((i, token, bias) for i, p in enumerate(self.params) for token, bias in p.logit_bias)
         self._columns: dict[tuple[str, torch.dtype], torch.Tensor] = {}
         self._memo: dict = {}
 
