@@ -87,6 +87,8 @@ def speculative_frames(target, tokenizer, prompt: str, params: SamplingParams, d
     def piece(token: int) -> str:
         return tokenizer.decode([token], skip_special_tokens=False)
 
+    prompt_text = text(context)
+    why_cut = f"到了 max_tokens = {params.max_tokens}" if result.finish_reason == "length" else "其中最后一个是停止 token"
     frames, tokens, accepted_total, judged_total = [], 0, 0, 0
     for number, record in enumerate(result.rounds, 1):
         drafted, kept = list(record.drafted), record.accepted
@@ -104,7 +106,7 @@ def speculative_frames(target, tokenizer, prompt: str, params: SamplingParams, d
             else:
                 residual = (residual - q[kept]).clamp_min(0.0)
             if float(residual.sum()) <= 0.0:  # p == q up to rounding; verify() draws from p then
-                residual = p[kept].clone()
+                residual = p[kept]
             kind, prob = "residual", float(residual[record.token] / residual.sum())
         else:
             kind, prob = ("bonus" if drafted else "plain"), float(p[len(drafted), record.token])
@@ -124,13 +126,11 @@ def speculative_frames(target, tokenizer, prompt: str, params: SamplingParams, d
             "forwards": number,
             "accepted_total": accepted_total,
             "judged_total": judged_total,
-            "summary": _summary(drafts, kept, piece(record.token), kind, emitted, draft_name,
-                                f"到了 max_tokens = {params.max_tokens}" if result.finish_reason == "length"
-                                else "其中最后一个是停止 token"),
+            "summary": _summary(drafts, kept, piece(record.token), kind, emitted, draft_name, why_cut),
         })
         context += new_ids
     return {"draft": draft_name, "gamma": gamma, "point_mass": isinstance(draft, NgramDraft),
-            "prompt": text(prompt_token_ids(prompt, tokenizer, "prompt")), "text": result.text, "rounds": frames}
+            "prompt": prompt_text, "text": result.text, "rounds": frames}
 
 
 def _summary(drafts: list[dict], kept: int, token: str, kind: str, emitted: int, draft_name: str,
