@@ -226,8 +226,14 @@ def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | N
     noise = torch.empty_like(probs)
     if any(g is None for g in generators):
         noise.exponential_()
+    width = probs.shape[1]
+    rows = noise.unbind(0) if any(g is not None for g in generators) else ()  # one view per row, made at once
     for j, g in enumerate(generators):
-        if g is not None:
-            noise[j, : widths[j]].exponential_(generator=g)
-            noise[j, widths[j]:] = 1.0  # these columns hold probability 0
+        if g is None:
+            continue
+        if widths[j] == width:  # a dense row: no slicing, no tail (each costs a few microseconds per row)
+            rows[j].exponential_(generator=g)
+        else:
+            rows[j][: widths[j]].exponential_(generator=g)
+            rows[j][widths[j]:] = 1.0  # these columns hold probability 0
     return noise.clamp_min_(torch.finfo(probs.dtype).tiny)  # 0 / tiny = 0: a removed token is never picked
