@@ -107,6 +107,7 @@ def test_stepper_shows_the_chosen_run_and_has_a_stable_repr(runs):
     default = SpeculativeStepper(runs)
     assert (default.draft, default.gamma, default.index, default.lecture) == ("tiny-zh-doc-small", 2, 0, False)
     assert "0x" not in repr(default)
+    assert SpeculativeStepper(runs, lecture=True).lecture is True
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
