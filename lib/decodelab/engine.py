@@ -6,6 +6,9 @@ prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt
 `kv_layout="contiguous"` swaps the block pool for the baseline paging replaced (`decodelab.contiguous`): one slab
 of the same number of slots, each request reserving one run of prompt + max_tokens (or max_model_len) slots at
 admission, first fit; scheduler and model stay the same.
+`speculative=SpeculativeConfig(draft, gamma)` makes every decode step a speculative round per sequence: a draft model
+(its K/V in the same block pool) or the n-gram draft proposes up to gamma tokens, the target judges them in one
+forward, rejected drafts' slots are rolled back (`decodelab.speculative_engine`).
 Sampling is `decodelab.sampling.sample` with one `SamplingParams` per row, so greedy and random requests share
 a batch. A seeded request keeps one generator per sample (sample i of n draws from `sample_seed(seed, i)`), so its
 tokens do not depend on what else is in the batch.
@@ -33,6 +36,7 @@ from decodelab.requests import (Completion, TokenLogprob, eos_token_ids, finish_
                                 text_decoder)
 from decodelab.sampling import SamplingParams, make_generator, sample
 from decodelab.scheduler import Schedule, Scheduler, SequenceState, Status
+from decodelab.speculative_engine import SpeculativeConfig, SpeculativeStats, Speculator
 from decodelab.truncation import take_rows
 from decodelab.validation import ParamError, check_int
 
@@ -61,6 +65,7 @@ class EngineStats:
     decode_tokens: int
     kv_utilization: float                  # live tokens / allocated slots, mean over non-idle steps
     steps: int
+    speculative: SpeculativeStats | None = None   # drafts, acceptance, tokens per target forward (with speculation)
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class StepOutput:
     `plan` is the scheduler's decision for the step (`decodelab.scheduler.Schedule`: runs with their slots and
     prefix-cache hits, block copies, preemptions, forks)."""
     kind: str                              # "prefill" | "decode" | "idle"
-    new_tokens: dict[int, int]             # seq_id -> token sampled this step
+    new_tokens: dict[int, int]             # seq_id -> last token appended this step (a speculative step may append
+                                           # several: `events` has them all)
     preempted: tuple[int, ...]             # seq_ids sent back to the waiting queue
     finished: tuple[Completion, ...]       # requests completed this step
     block_tables: dict[int, list[int]]     # seq_id -> block ids, for every running sequence after the step
@@ -117,14 +123,16 @@ class Engine:
     kv_layout: "paged" (blocks of `block_size`) or "contiguous" (one slab of num_blocks × block_size slots, one run
     per request, first fit; `reserve` sizes the run: "max_tokens" = prompt + max_tokens, "max_model_len" = the
     model's context). The contiguous layout shares nothing: no prefix caching, n must be 1.
+    speculative: a `SpeculativeConfig` for speculative decoding (paged layout only; `decodelab.speculative_engine`).
     Taught in: chapters/07-paged-attention.ipynb
     """
 
     def __init__(self, model, tokenizer=None, block_size: int = 16, num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention: str = "torch", kv_layout: str = "paged",
-                 reserve: str = "max_tokens") -> None:
+                 reserve: str = "max_tokens", speculative: SpeculativeConfig | None = None) -> None:
         self.runner = PagedLlama(model, attention)
+        self.speculator = None if speculative is None else Speculator(speculative, self.runner)
         self.tokenizer = tokenizer
         self.max_model_len = self.runner.max_model_len
         block_size = check_int(block_size, "block_size")
@@ -133,7 +141,8 @@ class Engine:
         max_num_seqs = check_int(max_num_seqs, "max_num_seqs")
         if not isinstance(enable_prefix_caching, bool):
             raise TypeError(f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}")
-        bytes_per_block = kv_bytes_per_token(model.config, self.runner.dtype) * block_size
+        draft_bytes = 0 if self.speculator is None else self.speculator.kv_bytes_per_token
+        bytes_per_block = (kv_bytes_per_token(model.config, self.runner.dtype) + draft_bytes) * block_size
         if num_blocks is None:
             affordable = DEFAULT_KV_BYTES // bytes_per_block
             num_blocks = max(1, min(-(-max_num_seqs * self.max_model_len // block_size), affordable))
@@ -151,6 +160,9 @@ class Engine:
         if kv_layout not in KV_LAYOUTS or reserve not in RESERVATIONS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
                              f"got {kv_layout!r} and {reserve!r}")
+        if self.speculator is not None and kv_layout != "paged":
+            raise ValueError(f"speculative decoding needs kv_layout='paged' (rejected drafts give back blocks), "
+                             f"got {kv_layout!r}")
         self.kv_layout, self.reserve = kv_layout, reserve
         if kv_layout == "paged":
             self.block_size = block_size
@@ -159,7 +171,10 @@ class Engine:
             self.block_size = 1
             self.pool = FirstFitSlab(num_blocks * block_size)
         self.kv_cache = self.runner.allocate_kv_cache(self.pool.num_blocks, self.block_size)  # [L, 2, blocks, block_size, KVH, D]
-        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, self._finish_reason)
+        if self.speculator is not None:
+            self.speculator.allocate_kv_cache(self.pool.num_blocks, self.block_size)
+        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, self._finish_reason,
+                                   None if self.speculator is None else self.speculator.lookahead)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self._decode = text_decoder(tokenizer)
         self.completed: dict[int, Completion] = {}   # every finished request by id (generate() takes its own out)
@@ -185,6 +200,8 @@ class Engine:
         if params.stop and self.tokenizer is None:
             raise ParamError("stop", f"stop strings for {name} need text: give the engine a tokenizer, or use "
                                      f"stop_token_ids")
+        if self.speculator is not None:
+            self.speculator.check_params(params, name)
         if params.n > self.scheduler.max_num_seqs:
             raise ParamError("n", f"n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
         if self.kv_layout == "contiguous":
@@ -273,15 +290,36 @@ class Engine:
         plan = self.scheduler.schedule()                 # who runs, their slots, block copies, preemptions, forks
         if plan.kind == "idle":
             return StepOutput("idle", {}, (), (), {}, 0, 0, 0, self.num_waiting, plan=plan)
+        if self.speculator is not None and plan.kind == "decode":
+            return self._speculative_decode(plan)
         logits = self.runner.run(plan, self.kv_cache)     # [len(plan.runs), V]; the copies, then one forward
+        if self.speculator is not None:
+            self.speculator.prefill(plan)                 # the draft model's K/V of the same tokens
         holding = self._account(plan)                    # (live slots, allocated slots, sequences holding blocks)
         rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
         row_logits = take_rows(logits, rows)              # [len(seqs), V]; forks draw from their prompt's row
         row_logits = mask_logits(row_logits, [self._grammar_state(s) for s in seqs])   # requests with a grammar
         tokens = self._sample(row_logits, seqs)
         logprobs = self._logprobs(row_logits, seqs, tokens)
-        reasons = self.scheduler.postprocess(plan, tokens)   # append, finish, free blocks
-        return self._output(plan, seqs, tokens, logprobs, reasons, *holding)
+        appended, reasons = self.scheduler.postprocess(plan, [[t] for t in tokens])   # append, finish, free blocks
+        return self._output(plan, seqs, appended, [[lp] for lp in logprobs], reasons, *holding)
+
+    def _speculative_decode(self, plan: Schedule) -> StepOutput:
+        """A decode step with speculation (`decodelab.speculative_engine`): the draft proposes up to
+        `run.num_lookahead` tokens per sequence into the slots the plan holds, the target judges every sequence's last
+        token and drafts in one forward, `verify` keeps a prefix of the drafts and draws one more token, and the
+        scheduler appends them up to a finish and rolls back the slots of the rest."""
+        proposals = self.speculator.propose(plan)         # per run: drafts and their q
+        logits = self.runner.run(plan, self.kv_cache, [p.tokens for p in proposals])   # [sum(1 + k), V]
+        holding = self._account(plan)
+        drawn = self.speculator.verify(plan, proposals, logits)   # per run: kept drafts + the target's token
+        appended, reasons = self.scheduler.postprocess(plan, drawn)
+        self.speculator.record(appended)
+        logprobs, offset = [], 0
+        for seq, proposal, tokens in zip(plan.seqs, proposals, appended):   # token j was drawn from row offset + j
+            logprobs.append(self._logprobs(logits[offset:offset + len(tokens)], [seq] * len(tokens), tokens))
+            offset += len(proposal.tokens) + 1
+        return self._output(plan, plan.seqs, appended, logprobs, reasons, *holding)
 
     @staticmethod
     def _grammar_state(seq: SequenceState):
@@ -307,22 +345,26 @@ class Engine:
             self._decode_tokens += num_new
         return live, allocated, len(self.scheduler.running)
 
-    def _output(self, plan: Schedule, seqs: list[SequenceState], tokens: list[int],
-                logprobs: list[TokenLogprob | None], reasons: list[str | None], live: int, allocated: int,
+    def _output(self, plan: Schedule, seqs: list[SequenceState], tokens: list[list[int]],
+                logprobs: list[list[TokenLogprob | None]], reasons: list[str | None], live: int, allocated: int,
                 num_running: int) -> StepOutput:
+        """The step's StepOutput; `tokens` and `logprobs` hold, per sample, what it appended (one token, or several
+        in a speculative step) and `reasons` its finish reason, which belongs to its last token."""
         for child in plan.forks:                          # the request's other samples, started by this prefill
             self._requests[child.request_id].append(child)
         events = []
-        for seq, token, logprob, reason in zip(seqs, tokens, logprobs, reasons):
-            if logprob is not None:
-                seq.logprobs.append(logprob)
-            if seq.grammar_state is not None and reason is None:
-                seq.grammar_state.advance(token)
-            events.append(TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason))
+        for seq, seq_tokens, seq_logprobs, reason in zip(seqs, tokens, logprobs, reasons):
+            for index, (token, logprob) in enumerate(zip(seq_tokens, seq_logprobs)):
+                token_reason = reason if index == len(seq_tokens) - 1 else None
+                if logprob is not None:
+                    seq.logprobs.append(logprob)
+                if seq.grammar_state is not None and token_reason is None:
+                    seq.grammar_state.advance(token)
+                events.append(TokenEvent(seq.request_id, seq.sample_index, token, logprob, token_reason))
         ended = dict.fromkeys(seq.request_id for seq, reason in zip(seqs, reasons) if reason is not None)
         finished = [done for done in map(self._maybe_complete, ended) if done is not None]
         tables = {s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}
-        return StepOutput(plan.kind, {s.seq_id: t for s, t in zip(seqs, tokens)},
+        return StepOutput(plan.kind, {s.seq_id: t[-1] for s, t in zip(seqs, tokens)},
                           tuple(s.seq_id for s in plan.preempted), tuple(finished), tables, live, allocated,
                           num_running, self.num_waiting, tuple(events), plan)
 
@@ -405,4 +447,5 @@ class Engine:
     def stats(self) -> EngineStats:
         return EngineStats(self.pool.num_blocks, self.pool.num_free_blocks, self.scheduler.num_preemptions,
                            self.scheduler.num_cached_tokens, self._prefill_tokens, self._decode_tokens,
-                           self._utilization_sum / max(self._steps, 1), self._steps)
+                           self._utilization_sum / max(self._steps, 1), self._steps,
+                           None if self.speculator is None else self.speculator.stats)

@@ -11,6 +11,9 @@ the chapter can draw the pool and the tests can check that a forked sibling neve
   block's tokens); a freed block keeps its hash until it is evicted, so a later prompt with the same prefix
   reuses it. A hit is capped so the last prompt token is recomputed (its logits are needed).
 - Copy-on-write: writing into a block another sequence also holds first copies it to a fresh block.
+- Lookahead (speculative decoding): a table may hold empty blocks past its tokens (`reserve`) for a step's drafts;
+  only the drafts the target keeps are `append`ed (so no rejected token is ever hashed) and `trim` gives back the
+  blocks no kept token reached.
 
 Taught in: chapters/07-paged-attention.ipynb
 """
@@ -194,9 +197,10 @@ class BlockTable:
 
     def blocks_needed(self, pool: BlockPool, num_new_tokens: int) -> int:
         """Fresh blocks `append` of `num_new_tokens` tokens would take (new blocks plus a copy-on-write)."""
-        free_in_last = len(self.block_ids) * self.block_size - self.num_tokens
-        new_blocks = -(-max(0, num_new_tokens - free_in_last) // self.block_size)
-        copy = free_in_last > 0 and num_new_tokens > 0 and pool.ref_count(self.block_ids[-1]) > 1
+        free_slots = len(self.block_ids) * self.block_size - self.num_tokens   # in the last block and reserved ones
+        new_blocks = -(-max(0, num_new_tokens - free_slots) // self.block_size)
+        copy = (free_slots > 0 and num_new_tokens > 0
+                and pool.ref_count(self.block_ids[self.num_tokens // self.block_size]) > 1)
         return new_blocks + int(copy)
 
     def can_append(self, pool: BlockPool, num_new_tokens: int) -> bool:
@@ -236,14 +240,14 @@ class BlockTable:
         slots: list[int] = []
         copies: list[tuple[int, int]] = []
         for token in token_ids:
-            offset = self.num_tokens % self.block_size
-            if offset == 0:
+            index, offset = divmod(self.num_tokens, self.block_size)
+            if index == len(self.block_ids):
                 self.block_ids.append(pool.allocate())
-            elif pool.ref_count(self.block_ids[-1]) > 1:
-                shared = self.block_ids[-1]
-                self.block_ids[-1] = pool.copy_on_write(shared)
-                copies.append((shared, self.block_ids[-1]))
-            block_id = self.block_ids[-1]
+            elif pool.ref_count(self.block_ids[index]) > 1:
+                shared = self.block_ids[index]
+                self.block_ids[index] = pool.copy_on_write(shared)
+                copies.append((shared, self.block_ids[index]))
+            block_id = self.block_ids[index]
             pool.write(block_id, token)
             slots.append(block_id * self.block_size + offset)
             self.num_tokens += 1
@@ -252,6 +256,22 @@ class BlockTable:
                 self._hashes.append(hash_value)
                 pool.register(block_id, hash_value)
         return slots, copies
+
+    def reserve(self, pool: BlockPool, num_slots: int) -> None:
+        """Hold blocks for `num_slots` more slots past the written tokens, without writing any: a speculative step's
+        drafts get their K/V slots there (`slot` reaches them), and `append` later fills them with the kept ones.
+        Call it after `append` of the step's own token, so the slots lie in blocks this table alone holds."""
+        needed = -(-(self.num_tokens + num_slots) // self.block_size) - len(self.block_ids)
+        if needed > pool.num_free_blocks:
+            raise RuntimeError(f"need {needed} blocks, {pool.num_free_blocks} free")
+        self.block_ids += [pool.allocate() for _ in range(needed)]
+
+    def trim(self, pool: BlockPool) -> None:
+        """Give back the blocks past the last written token (rolled-back drafts' slots), last block first."""
+        keep = -(-self.num_tokens // self.block_size)
+        for block_id in reversed(self.block_ids[keep:]):
+            pool.release(block_id)
+        del self.block_ids[keep:]
 
     def fork(self, pool: BlockPool) -> BlockTable:
         """A sibling table sharing every block (ref counts + 1); later writes copy on write."""

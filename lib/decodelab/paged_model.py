@@ -163,13 +163,24 @@ class PagedLlama:
                            dtype=self.dtype, device=self.device)
 
     @torch.inference_mode()
-    def run(self, plan, kv_cache: torch.Tensor) -> torch.Tensor:
+    def run(self, plan, kv_cache: torch.Tensor, drafts: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
         """One engine step's model work for a `decodelab.scheduler.Schedule`: the plan's copy-on-write block copies,
-        then one forward over its runs. Returns float32 logits `[len(plan.runs), V]`, one row per run."""
+        then one forward over its runs. Returns float32 logits `[len(plan.runs), V]`, one row per run.
+
+        With `drafts` (a speculative decode step: one list per run, at most its `num_lookahead` tokens), each run
+        feeds its token and then its drafts, into the draft slots its table holds, and the logits of every fed token
+        come back, run after run: `[sum(1 + len(d) for d in drafts), V]`."""
         for src, dst in plan.copies:
             kv_cache[:, :, dst] = kv_cache[:, :, src]
-        runs = [(run.token_ids, run.start, run.slots, run.seq.table.block_ids) for run in plan.runs]
-        return self.forward(StepBatch.build(runs, self.device), kv_cache)
+        if drafts is None:
+            runs = [(run.token_ids, run.start, run.slots, run.seq.table.block_ids) for run in plan.runs]
+            return self.forward(StepBatch.build(runs, self.device), kv_cache)
+        runs = []
+        for run, extra in zip(plan.runs, drafts, strict=True):
+            first = run.start + len(run.token_ids)            # position of the first draft
+            slots = run.slots + [run.seq.table.slot(first + i) for i in range(len(extra))]
+            runs.append((run.token_ids + list(extra), run.start, slots, run.seq.table.block_ids))
+        return self.forward(StepBatch.build(runs, self.device), kv_cache, all_logits=True)
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False) -> torch.Tensor:

@@ -5,6 +5,10 @@ text after a preemption, fits in the free blocks and the token budget) or, when 
 step of every running sequence. When a decode step runs out of blocks, the newest running sequence is
 preempted: its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
 
+With a `lookahead` rule (speculative decoding, `decodelab.speculative_engine`), a decode step also holds that many
+empty slots past each sequence's token for the draft's proposals; `postprocess` then appends several tokens per
+sequence, up to the first that finishes it, and gives back the blocks only rejected drafts reached.
+
 The scheduler asks each sequence's table whether its tokens fit (`can_append`), so the same policy runs over a
 paged `BlockPool` + `BlockTable` and over the contiguous baseline, `FirstFitSlab` + `Reservation`
 (`decodelab.contiguous`), where admission means finding one free run for the whole reservation.
@@ -74,6 +78,7 @@ class ScheduledRun:
     start: int                                # position of the first of them
     slots: list[int]                          # KV slot of each new token
     num_cached: int = 0                       # prompt tokens the prefix cache already held (prefill only)
+    num_lookahead: int = 0                    # empty slots held after them for a speculative step's drafts
 
 
 @dataclass(frozen=True)
@@ -96,12 +101,14 @@ class Schedule:
 
 
 FinishRule = Callable[[SequenceState, int], "str | None"]
+LookaheadRule = Callable[[SequenceState], int]
 
 
 class Scheduler:
     """Waiting queue, running list and the block pool they share. Each step is `schedule()` (the plan: who runs,
     where their K/V go, which blocks to copy, who was preempted, which samples fork) and, once the tokens are drawn,
     `postprocess(plan, tokens)` (append them, finish sequences by `finish_rule`, free their blocks).
+    `lookahead(seq)`, when given, is how many draft slots a decode step holds for `seq` (speculative decoding).
 
     Example:
         scheduler = Scheduler(BlockPool(64, 16), max_num_seqs=8, max_num_batched_tokens=2048,
@@ -112,8 +119,9 @@ class Scheduler:
     """
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int,
-                 finish_rule: FinishRule) -> None:
+                 finish_rule: FinishRule, lookahead: LookaheadRule | None = None) -> None:
         self.pool = pool
+        self.lookahead = lookahead
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.finish_rule = finish_rule
@@ -185,7 +193,8 @@ class Scheduler:
         copies: list[tuple[int, int]] = []
         while queue:
             seq = queue.popleft()
-            while not seq.table.can_append(self.pool, 1):
+            extra = self.lookahead(seq) if self.lookahead is not None else 0
+            while not seq.table.can_append(self.pool, 1 + extra):
                 victim = queue.pop() if queue else seq      # the newest running sequence
                 self._preempt(victim)
                 preempted.append(victim)
@@ -194,8 +203,10 @@ class Scheduler:
             else:
                 start = len(seq.token_ids) - 1
                 slots, seq_copies = seq.table.append(self.pool, seq.token_ids[-1:])
+                if extra:
+                    seq.table.reserve(self.pool, extra)
                 copies += seq_copies
-                scheduled.append(ScheduledRun(seq, seq.token_ids[-1:], start, slots))
+                scheduled.append(ScheduledRun(seq, seq.token_ids[-1:], start, slots, num_lookahead=extra))
         self.running = [run.seq for run in scheduled]
         samples = [(row, run.seq) for row, run in enumerate(scheduled)]
         return Schedule("decode", scheduled, copies, preempted, [], samples)
@@ -207,20 +218,32 @@ class Scheduler:
         self.num_preemptions += 1
 
     # -- after the tokens are drawn ------------------------------------------------------------------------
-    def postprocess(self, plan: Schedule, tokens: list[int]) -> list[str | None]:
-        """Append each drawn token (one per `plan.samples`) to its sequence; a sequence that `finish_rule` ends is
-        finished and its blocks freed at once, for the next step. Returns each sample's finish reason or None."""
+    def postprocess(self, plan: Schedule, tokens: list[list[int]]) -> tuple[list[list[int]], list[str | None]]:
+        """Append each sample's drawn tokens (one list per `plan.samples`: one token, or a speculative step's kept
+        drafts and the target's token) to its sequence in order, stopping at the first that `finish_rule` ends it
+        with: the sequence is finished and its blocks freed at once, the tokens after it dropped. A sequence that
+        goes on records the kept drafts in its table (their K/V are written) and gives back its draft slots past
+        them (the rollback). Returns the tokens appended and the finish reason (or None) of each sample."""
         if len(tokens) != len(plan.samples):
-            raise ValueError(f"postprocess needs one token per sample of the plan ({len(plan.samples)}), "
+            raise ValueError(f"postprocess needs one token list per sample of the plan ({len(plan.samples)}), "
                              f"got {len(tokens)}")
-        reasons = []
-        for (_, seq), token in zip(plan.samples, tokens):
-            seq.token_ids.append(token)
-            reason = self.finish_rule(seq, token)
+        appended, reasons = [], []
+        for (row, seq), drawn in zip(plan.samples, tokens):
+            reason, kept = None, []
+            for token in drawn:
+                seq.token_ids.append(token)
+                kept.append(token)
+                reason = self.finish_rule(seq, token)
+                if reason is not None:
+                    break
             if reason is not None:
                 self._finish(seq, reason)
+            elif plan.runs[row].num_lookahead:
+                seq.table.append(self.pool, seq.token_ids[seq.table.num_tokens:-1])
+                seq.table.trim(self.pool)
+            appended.append(kept)
             reasons.append(reason)
-        return reasons
+        return appended, reasons
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
         seq.status = Status.FINISHED

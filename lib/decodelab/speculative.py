@@ -27,6 +27,7 @@ Taught in: chapters/07b-speculative-decoding.ipynb
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,8 +38,9 @@ from decodelab.sampling import SamplingParams, make_generator, process_logits
 from decodelab.validation import check_int
 
 
-def distributions(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Rows of logits `[k, V]` -> the probabilities `[k, V]` (float64) that `params` samples from."""
+def distributions(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams]) -> torch.Tensor:
+    """Rows of logits `[k, V]` -> the probabilities `[k, V]` (float64) that `params` (one for every row, or one per
+    row) samples from."""
     return torch.softmax(process_logits(logits.double(), params), dim=-1)
 
 
