@@ -125,12 +125,15 @@ def run_static(model, requests, batch: int) -> dict:
 
 
 def run_generate_batch(model, requests, batch: int) -> dict:
-    """transformers continuous batching; its API takes one max_new_tokens, so every request gets the mean length."""
+    """transformers' continuous batching against our Engine under the same limits: its API takes one max_new_tokens,
+    so every request gets the mean length (greedy, EOS off) in both; at most `batch` requests and 512 tokens per
+    step, blocks of 16. Reports both throughputs, their ratio and whether the tokens are equal."""
     try:
         from transformers import ContinuousBatchingConfig, GenerationConfig
     except ImportError as err:
         return {"error": f"generate_batch needs ContinuousBatchingConfig: {err}"}
     mean_out = round(float(np.mean([out for _, out in requests])))
+    prompts = [p for p, _ in requests]
     config = GenerationConfig(max_new_tokens=mean_out, do_sample=False, eos_token_id=None,
                               pad_token_id=model.config.pad_token_id)
     # newer transformers call it page_size and deprecate block_size; pass the name this version knows
@@ -138,13 +141,21 @@ def run_generate_batch(model, requests, batch: int) -> dict:
     cb = ContinuousBatchingConfig(num_blocks=512, max_batch_tokens=512, max_requests_per_batch=batch, **{size_name: 16})
     try:
         start = time.perf_counter()
-        outputs = model.generate_batch([p for p, _ in requests], config, continuous_batching_config=cb, warmup=False)
+        outputs = model.generate_batch(prompts, config, continuous_batching_config=cb, warmup=False)
         seconds = time.perf_counter() - start
     except Exception as err:  # report, never hide: transformers' CPU path changes between versions
         return {"error": f"{type(err).__name__}: {err}"[:300]}
-    tokens = sum(len(o.generated_tokens) for o in outputs.values())
+    theirs = [list(outputs[f"req_{i}"].generated_tokens) for i in range(len(prompts))]
+    engine = Engine(model, block_size=16, num_blocks=512, max_num_seqs=batch, max_num_batched_tokens=512)
+    start = time.perf_counter()
+    ours = [c.token_ids for c in engine.generate(prompts, greedy(mean_out))]
+    engine_seconds = time.perf_counter() - start
+    tokens = sum(map(len, theirs))
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
-            "note": f"one max_new_tokens={mean_out} for every request (its API)"}
+            "engine_same_limits_tokens_per_s": sum(map(len, ours)) / engine_seconds,
+            "engine_vs_generate_batch": (sum(map(len, ours)) / engine_seconds) / (tokens / seconds),
+            "same_tokens": ours == theirs,
+            "note": f"one max_new_tokens={mean_out} for every request (its API), greedy, EOS off, both engines"}
 
 
 def run_prefix(model, num_requests: int, system_len: int, seed: int) -> dict:
@@ -250,6 +261,10 @@ def main() -> None:
         ("transformers generate, static batches, tokens/s", f"{static['tokens_per_s']:.0f}"),
         ("transformers generate_batch, tokens/s", f"{cont['tokens_per_s']:.0f}  ({cont['note']})"
          if "tokens_per_s" in cont else cont["error"]),
+        *([("  Engine under the same limits, tokens/s", f"{cont['engine_same_limits_tokens_per_s']:.0f}  "
+                                                     f"({cont['engine_vs_generate_batch']:.2f}x generate_batch; "
+                                                     f"same tokens: {cont['same_tokens']})")]
+          if "tokens_per_s" in cont else []),
         ("Engine / static generate", f"{results['speedup_vs_static']:.2f}x  (target >= 2x)"),
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
