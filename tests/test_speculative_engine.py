@@ -18,6 +18,11 @@ from decodelab.toylang_docs import DocumentLanguage
 from test_speculative import NAMED, chi_square_p_value, target_sequence_probs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+# The first token (明, from the prefill) is nearly certain; the n-gram draft then proposes 在 (from 。小明在公园), which
+# the target gives p = 0.11: a verify that drew from p instead of the residual would make 在 come out with p(2 - p) =
+# 0.21, and the chi-square test below fails it at p ~ 1e-7 (checked by hand). The small draft agrees with the target
+# too well (acceptance ~ 0.97) for a wrong residual to show at 800 runs.
+REPEATED = "这是小明在北京的一天。小明在公园跑步。小"
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +133,8 @@ def sampled_counts(models, draft, prompt, params, length, runs):
 @pytest.mark.parametrize("draft_name", ["small", "ngram"])
 def test_sampled_tokens_follow_the_target(models, draft_name):
     params = SamplingParams()
-    expected = target_sequence_probs(models, NAMED, params, 2)
-    counts, stats = sampled_counts(models, draft_of(models, draft_name), NAMED, params, 2, 800)
+    expected = target_sequence_probs(models, REPEATED, params, 2)
+    counts, stats = sampled_counts(models, draft_of(models, draft_name), REPEATED, params, 2, 800)
     assert stats.judged > 400                                              # drafts were really judged
     assert chi_square_p_value(counts, expected, 800) > 1e-3, counts.most_common(5)
 
