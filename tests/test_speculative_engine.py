@@ -146,6 +146,20 @@ def test_three_sampled_tokens_follow_the_target_under_top_k_top_p(models):
     assert chi_square_p_value(counts, expected, 800) > 1e-3, counts.most_common(5)
 
 
+@pytest.mark.parametrize("draft_name", ["small", "ngram"])
+def test_the_context_end_finishes_mid_round(models, draft_name):
+    """Prompts 7 and 14 tokens short of the 512-token context: gamma = 6 drafts must shrink to fit, and the output
+    ends at the context ("length") exactly where the engine without speculation ends it."""
+    ids = models["tokenizer"]("".join(DocumentLanguage().sample(4, seed=3)))["input_ids"][:505]
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    plain = Engine(models["target"], models["tokenizer"], block_size=4).generate([ids, ids[:498]], params)
+    engine = Engine(models["target"], models["tokenizer"], block_size=4,
+                    speculative=SpeculativeConfig(draft_of(models, draft_name), 6))
+    outputs = run_checked(engine, [ids, ids[:498]], [params, params])
+    assert [o.token_ids for o in outputs] == [o.token_ids for o in plain]
+    assert [(len(o.token_ids), o.finish_reason) for o in outputs] == [(7, "length"), (14, "length")]
+
+
 def test_logprobs_and_events_match_the_engine_without_speculation(models):
     prompts = [doc[:25] for doc in DocumentLanguage().sample(3, seed=4)]
     params = SamplingParams(temperature=0, max_tokens=12, logprobs=2)
