@@ -30,10 +30,16 @@ NEG = -1.0e9  # transformers' "impossible" score; kept identical so ties break t
 
 @dataclass(frozen=True)
 class BeamResult:
-    """The best hypothesis: its generated token ids (EOS included when it ended on one) and its score."""
+    """The best hypothesis: its generated token ids (EOS included when it ended on one) and its score.
+
+    `steps` is the search's family tree, one entry per forward after the prefill: for each running beam, the beam of
+    the previous step it continues and the token it adds, `(parent, token)`. Every beam of one step shares its
+    ancestors' K/V, which is what a paged cache can share (chapter 07 counts the blocks).
+    """
 
     token_ids: list[int]
     score: float
+    steps: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
 def _prompt_tensor(input_ids, device: torch.device) -> torch.Tensor:
@@ -93,6 +99,7 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
     running_scores[0] = 0.0  # all beams start identical: let only the first one propose
     finished: list[tuple[float, list[int]]] = []  # (score, generated ids), at most num_beams, best first
     improvable = True
+    steps: list[tuple[tuple[int, int], ...]] = []  # per forward: (parent beam, token) of each running beam
 
     logits, cache = model_step(model, running)  # prefill, one copy of the prompt per beam as transformers does
     cur_len = prompt_len
@@ -132,7 +139,8 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
         done_early = len(finished) == num_beams and early_stopping is True
         if not improvable or done_early or bool(hits.all()):
             break
+        steps.append(tuple(zip(beam_of[next_rank].tolist(), token[next_rank].tolist())))
         cache.reorder_cache(beam_of[next_rank])
         logits, cache = model_step(model, running[:, -1:], cache)
     score, ids = finished[0]
-    return BeamResult(token_ids=ids, score=score)
+    return BeamResult(token_ids=ids, score=score, steps=tuple(steps))
