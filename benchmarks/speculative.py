@@ -15,9 +15,17 @@ after `--tokens` tokens. For gamma in {1, 2, 3, 4, 6, 8} it reports:
 
 The acceptance figures depend only on the seeds, not on the machine; the times do.
 
-    python benchmarks/speculative.py [--quick] [--tokens N] [--threads N] [--out PATH]
+`--engine` measures speculation inside the continuous-batching `Engine` instead (`decodelab.speculative_engine`):
+16 document openings in one batch, temperature 0 and 1, gamma in {2, 4, 6}, the same two drafts. Per row: acceptance
+and alpha as above, drafts per round and tokens per target forward (a round is one sequence in one decode step; the
+target runs one batched forward a step), the theory's (1 - alpha^(gamma+1)) / (1 - alpha), engine steps, and
+wall-clock tokens/s of the batch with and without speculation, timed in turn `--repeats` times, the fastest kept.
+CPU figures at `--threads` threads.
 
-Prints a markdown table and writes benchmarks/results/speculative.json. Taught in: chapters/07b-speculative-decoding.ipynb
+    python benchmarks/speculative.py [--quick] [--engine] [--tokens N] [--threads N] [--out PATH]
+
+Prints a markdown table and writes benchmarks/results/speculative.json (speculative-engine.json with `--engine`).
+Taught in: chapters/07b-speculative-decoding.ipynb
 """
 from __future__ import annotations
 
@@ -29,14 +37,19 @@ from pathlib import Path
 
 import torch
 
+from decodelab.engine import Engine
 from decodelab.generate import generate, model_step
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.speculative import ModelDraft, NgramDraft, speculative_generate
+from decodelab.speculative_engine import SpeculativeConfig
 from decodelab.toylang_docs import DocumentLanguage
 
 RESULTS = Path(__file__).parent / "results" / "speculative.json"
+ENGINE_RESULTS = Path(__file__).parent / "results" / "speculative-engine.json"
 GAMMAS = (1, 2, 3, 4, 6, 8)
+ENGINE_GAMMAS = (2, 4, 6)
+ENGINE_TEMPERATURES = (0.0, 1.0)
 
 
 def prompts(count: int) -> list[str]:
@@ -92,20 +105,81 @@ def measure(target, tokenizer, drafts: dict, gammas, texts: list[str], tokens: i
     return rows
 
 
+def timed_engine(target, tokenizer, texts: list[str], params: list[SamplingParams],
+                 speculative: SpeculativeConfig | None) -> tuple[float, int, Engine]:
+    """Seconds to serve the whole batch on a fresh engine, the tokens it made, and the engine (for its stats)."""
+    engine = Engine(target, tokenizer, speculative=speculative)
+    start = time.perf_counter()
+    outputs = engine.generate(texts, params)
+    return time.perf_counter() - start, sum(len(o.token_ids) for o in outputs), engine
+
+
+def measure_engine(target, tokenizer, drafts: dict, gammas, texts: list[str], tokens: int, temperatures,
+                   repeats: int) -> list[dict]:
+    """One row per (temperature, draft, gamma): the batch served by Engine with that speculation and without it,
+    `repeats` times each, in turn so load changes hit both, the fastest run of each kept (the least disturbed by
+    other jobs); acceptance, alpha and tokens per target forward from the engine's stats (the same every repeat)."""
+    rows = []
+    for temperature in temperatures:
+        params = [SamplingParams(temperature=temperature, seed=seed, max_tokens=tokens) for seed in range(len(texts))]
+        for name, draft in drafts.items():
+            for gamma in gammas:
+                plain_times, spec_times = [], []
+                for _ in range(repeats):
+                    seconds, plain_made, plain = timed_engine(target, tokenizer, texts, params, None)
+                    plain_times.append(seconds)
+                    seconds, made, engine = timed_engine(target, tokenizer, texts, params,
+                                                         SpeculativeConfig(draft, gamma))
+                    spec_times.append(seconds)
+                plain_s, spec_s = min(plain_times), min(spec_times)
+                stats = engine.stats.speculative
+                alpha = stats.expected_acceptance
+                rows.append({
+                    "temperature": temperature, "draft": name, "gamma": gamma,
+                    "acceptance_rate": stats.acceptance_rate, "alpha": alpha,
+                    "drafts_per_round": stats.drafted / stats.rounds,
+                    "tokens_per_target_forward": stats.tokens_per_target_forward,
+                    "theory_tokens_per_target_forward": theory_tokens_per_forward(alpha, gamma),
+                    "tokens": made, "plain_tokens": plain_made, "steps": engine.stats.steps,
+                    "plain_steps": plain.stats.steps, "spec_tokens_per_s": made / spec_s,
+                    "plain_tokens_per_s": plain_made / plain_s, "speedup": (made / spec_s) / (plain_made / plain_s),
+                    "spec_seconds": spec_times, "plain_seconds": plain_times,
+                })
+    return rows
+
+
+def print_engine_table(rows: list[dict], num_prompts: int, threads: int) -> None:
+    print(f"Engine, {num_prompts} prompts in one batch: CPU figures, {threads} thread(s)")
+    print("| T | draft | gamma | acceptance | alpha = E[1-TV] | drafts/round | tokens/target fwd | theory | "
+          "engine steps (plain) | spec tok/s | plain tok/s | speed-up |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['temperature']:g} | {row['draft']} | {row['gamma']} | {row['acceptance_rate']:.3f} | "
+              f"{row['alpha']:.3f} | {row['drafts_per_round']:.2f} | {row['tokens_per_target_forward']:.2f} | "
+              f"{row['theory_tokens_per_target_forward']:.2f} | {row['steps']} ({row['plain_steps']}) | "
+              f"{row['spec_tokens_per_s']:.0f} | {row['plain_tokens_per_s']:.0f} | {row['speedup']:.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, gamma in {1, 4}")
+    parser.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, gamma in {1, 4} ({4} with --engine)")
+    parser.add_argument("--engine", action="store_true", help="speculation inside Engine, 16 prompts in one batch")
     parser.add_argument("--tokens", type=int, default=128, help="max_tokens of each run (default 128)")
+    parser.add_argument("--repeats", type=int, default=3, help="with --engine: timed runs per row, fastest kept")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--out", type=Path, help="where the JSON goes (default results/speculative.json)")
+    parser.add_argument("--out", type=Path, help="where the JSON goes (default results/speculative.json, "
+                                                 "results/speculative-engine.json with --engine)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target, tokenizer = load_model("tiny-zh-doc", device="cpu")
     small = load_model("tiny-zh-doc-small", device="cpu")[0]
-    texts = prompts(3 if args.quick else 12)
     tokens = 32 if args.quick else args.tokens
-    gammas = (1, 4) if args.quick else GAMMAS
     cost_ratio = forward_ms(small) / forward_ms(target)
+    if args.engine:
+        main_engine(args, target, tokenizer, small, tokens, cost_ratio)
+        return
+    texts = prompts(3 if args.quick else 12)
+    gammas = (1, 4) if args.quick else GAMMAS
     rows = measure(target, tokenizer, {"tiny-zh-doc-small": ModelDraft(small), "n-gram (max n 3)": NgramDraft()},
                    gammas, texts, tokens)
     print(f"CPU, {args.threads} thread(s); draft/target cost per decode forward c = {cost_ratio:.2f}")
@@ -123,6 +197,27 @@ def main() -> None:
         "target": "tiny-zh-doc (shipped)", "device": "cpu", "threads": args.threads, "quick": args.quick,
         "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
         "prompts": texts, "max_tokens": tokens, "temperature": 1.0, "draft_cost_ratio": cost_ratio, "rows": rows,
+    }, ensure_ascii=False, indent=1))
+    print(f"wrote {out}")
+
+
+def main_engine(args, target, tokenizer, small, tokens: int, cost_ratio: float) -> None:
+    texts = prompts(3 if args.quick else 16)
+    gammas = (4,) if args.quick else ENGINE_GAMMAS
+    repeats = 1 if args.quick else args.repeats
+    rows = measure_engine(target, tokenizer, {"tiny-zh-doc-small": small, "n-gram (max n 3)": NgramDraft()}, gammas,
+                          texts, tokens, ENGINE_TEMPERATURES, repeats)
+    print(f"CPU, {args.threads} thread(s); draft/target cost per decode forward c = {cost_ratio:.2f}")
+    print_engine_table(rows, len(texts), args.threads)
+    out = args.out or ENGINE_RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "target": "tiny-zh-doc (shipped)", "mode": "engine", "device": "cpu", "threads": args.threads,
+        "note": "CPU figures: wall-clock rates are the fastest of `repeats` runs on a CPU shared with other jobs; "
+                "acceptance, alpha and tokens per target forward depend only on the seeds", "repeats": repeats,
+        "quick": args.quick, "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+        "prompts": texts, "max_tokens": tokens, "temperatures": list(ENGINE_TEMPERATURES),
+        "draft_cost_ratio": cost_ratio, "rows": rows,
     }, ensure_ascii=False, indent=1))
     print(f"wrote {out}")
 
