@@ -166,9 +166,13 @@ def test_logprobs_and_events_match_the_engine_without_speculation(models):
     plain = Engine(models["target"], models["tokenizer"]).generate(prompts, params)
     engine = Engine(models["target"], models["tokenizer"], speculative=SpeculativeConfig(models["small"], 4))
     ids = [engine.add_request(p, params) for p in prompts]
-    events = []
+    events, drafted, accepted = [], 0, 0
     while engine.has_unfinished():
-        events += engine.step().events
+        out = engine.step()
+        events += out.events
+        drafted += sum(map(len, out.drafts.values()))
+        accepted += sum(out.accepted.values())
+    assert (drafted, accepted) == (engine.stats.speculative.drafted, engine.stats.speculative.accepted) != (0, 0)
     for request_id, base in zip(ids, plain):
         out = engine.completed.pop(request_id)
         assert [e.token_id for e in events if e.request_id == request_id] == out.token_ids == base.token_ids

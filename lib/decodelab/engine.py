@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -85,6 +85,8 @@ class StepOutput:
     num_waiting: int
     events: tuple[TokenEvent, ...] = ()    # the new tokens by request and sample, in batch order
     plan: Schedule | None = None
+    drafts: dict[int, tuple[int, ...]] = field(default_factory=dict)   # seq_id -> drafts proposed (speculative step)
+    accepted: dict[int, int] = field(default_factory=dict)             # seq_id -> how many of them the target kept
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,9 @@ class Engine:
         for seq, proposal, tokens in zip(plan.seqs, proposals, appended):   # token j was drawn from row offset + j
             logprobs.append(self._logprobs(logits[offset:offset + len(tokens)], [seq] * len(tokens), tokens))
             offset += len(proposal.tokens) + 1
-        return self._output(plan, plan.seqs, appended, logprobs, reasons, *holding)
+        out = self._output(plan, plan.seqs, appended, logprobs, reasons, *holding)
+        return replace(out, drafts={s.seq_id: tuple(p.tokens) for s, p in zip(plan.seqs, proposals)},
+                       accepted={s.seq_id: len(tokens) - 1 for s, tokens in zip(plan.seqs, drawn)})
 
     @staticmethod
     def _grammar_state(seq: SequenceState):
