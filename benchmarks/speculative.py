@@ -162,7 +162,8 @@ def print_engine_table(rows: list[dict], num_prompts: int, threads: int) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, gamma in {1, 4} ({4} with --engine)")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 prompts, 32 tokens, gamma in {1, 4} ({4} with --engine)")
     parser.add_argument("--engine", action="store_true", help="speculation inside Engine, 16 prompts in one batch")
     parser.add_argument("--tokens", type=int, default=128, help="max_tokens of each run (default 128)")
     parser.add_argument("--repeats", type=int, default=7, help="with --engine: timed runs per row, fastest kept "

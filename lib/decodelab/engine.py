@@ -289,7 +289,8 @@ class Engine:
     def step(self) -> StepOutput:
         """One iteration, top to bottom: the scheduler plans it, the runner runs the model, the sampler draws,
         the scheduler postprocesses. Everything about where K/V go is decided before the model runs (`plan`).
-        With speculation, a decode step is `_speculative_decode` (the draft proposes, the target judges, verify draws)."""
+        With speculation, a decode step is `_speculative_decode` (the draft proposes, the target judges, verify
+        draws)."""
         plan = self.scheduler.schedule()                 # who runs, their slots, block copies, preemptions, forks
         if plan.kind == "idle":
             return StepOutput("idle", {}, (), (), {}, 0, 0, 0, self.num_waiting, plan=plan)

@@ -20,7 +20,9 @@ round for every running sequence (Leviathan et al. 2023; vLLM's draft-model path
 Prefill steps run as without speculation and also write the draft model's K/V of the prompt. Requests with penalties,
 the n-gram ban or a grammar are refused at `add_request` (their logits depend on the tokens before each position,
 which this module does not thread through the drafts); everything else (temperature, top-k/p, min-p, typical-p,
-seeds, n > 1, stop tokens and strings, logprobs) is served.
+seeds, n > 1, stop tokens and strings, logprobs) is served. The Triton decode kernel reads one query per sequence, so
+with `attention="triton"` a step that verifies drafts runs the torch reference attention (the draft model always
+does).
 
     engine = Engine(target, tokenizer, speculative=SpeculativeConfig(draft=small_model, gamma=4))
     engine.generate(prompts, SamplingParams(temperature=0, max_tokens=64))
@@ -219,7 +221,8 @@ class Speculator:
     def verify(self, plan: Schedule, proposals: list[Proposal], logits: torch.Tensor) -> list[list[int]]:
         """Judge each run's drafts on the target's logits `[sum(1 + k), V]` (run after run, as `PagedLlama.run`
         returns them): the kept drafts and the target's next token, per run."""
-        params = [run.seq.params for run, proposal in zip(plan.runs, proposals) for _ in range(len(proposal.tokens) + 1)]
+        params = [run.seq.params for run, proposal in zip(plan.runs, proposals)
+                  for _ in range(len(proposal.tokens) + 1)]                               # one per logits row
         p = distributions(logits, params)                                                 # [sum(1 + k), V] float64
         out, offset = [], 0
         for run, proposal in zip(plan.runs, proposals, strict=True):
