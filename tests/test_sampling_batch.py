@@ -142,3 +142,28 @@ def test_logit_bias_outside_the_vocabulary_is_refused_before_generating(tiny):
         generate(model, tokenizer, "小明", SamplingParams(logit_bias={10**6: 1.0}))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         sample(torch.zeros(1, 5), SamplingParams(logit_bias={5: 1.0}))
+
+
+def test_the_engine_builds_a_batch_only_when_its_sequences_change(tiny, monkeypatch):
+    import decodelab.engine as engine_module
+    from decodelab.engine import Engine
+
+    built = []
+    original = engine_module.SamplingBatch
+
+    def counting(params, device="cpu"):
+        built.append(len(params))
+        return original(params, device)
+
+    monkeypatch.setattr(engine_module, "SamplingBatch", counting)
+    model, tokenizer = tiny
+    engine = Engine(model, tokenizer, max_num_seqs=8)
+    for i, length in enumerate((3, 9, 9, 20)):
+        engine.add_request("小明", SamplingParams(seed=i, max_tokens=length, ignore_eos=True))
+    steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    # one batch for the prefill and the decode steps after it (same sequences), one after the 3-token request ends,
+    # one after both 9-token requests end: 3 builds in 20 steps
+    assert steps == 20 and built == [4, 3, 1]

@@ -32,9 +32,9 @@ from decodelab.grammar import mask_logits
 from decodelab.kv_cache import kv_bytes_per_token
 from decodelab.paged_model import PagedLlama
 from decodelab.paged import BlockPool, BlockTable
-from decodelab.requests import (Completion, TokenLogprob, eos_token_ids, finish_reason, output_text, prompt_token_ids,
-                                text_decoder)
-from decodelab.sampling import SamplingParams, make_generator, sample
+from decodelab.requests import (Completion, TokenLogprob, check_vocabulary_ids, eos_token_ids, finish_reason,
+                                output_text, prompt_token_ids, text_decoder)
+from decodelab.sampling import SamplingBatch, SamplingParams, make_generator, sample
 from decodelab.scheduler import Schedule, Scheduler, SequenceState, Status
 from decodelab.speculative_engine import SpeculativeConfig, SpeculativeStats, Speculator
 from decodelab.truncation import take_rows
@@ -184,6 +184,8 @@ class Engine:
         self._request_ids = itertools.count()
         self._steps = self._prefill_tokens = self._decode_tokens = 0
         self._utilization_sum = 0.0
+        self._sampling_key: tuple[int, ...] | None = None   # the sequences the cached SamplingBatch was built for
+        self._sampling: SamplingBatch | None = None
 
     # -- requests ------------------------------------------------------------------------------------------
     def _prompt_ids(self, prompt, name: str) -> list[int]:
@@ -192,10 +194,7 @@ class Engine:
     def _check_request(self, prompt_ids: list[int], params, name: str) -> None:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
-        bad_stops = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
-        if bad_stops:
-            raise ParamError("stop_token_ids", f"stop_token_ids for {name} must be < the vocabulary size "
-                                               f"{self.runner.vocab_size}, got {bad_stops}")
+        check_vocabulary_ids(params, self.runner.vocab_size, name)   # stop_token_ids, logit_bias
         if params.grammar is not None and params.grammar.vocab_size > self.runner.vocab_size:
             raise ParamError("grammar", f"the grammar for {name} masks {params.grammar.vocab_size} tokens, more than "
                                         f"the model's vocabulary of {self.runner.vocab_size}")
@@ -375,13 +374,20 @@ class Engine:
                           num_running, self.num_waiting, tuple(events), plan)
 
     def _sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
-        params = [s.params for s in seqs]
+        batch = self._sampling_batch(seqs)
         generators = [s.generator for s in seqs]
-        if not any(p.has_penalties for p in params):
-            return sample(logits, params, generators).tolist()
+        if not batch.has_penalties:
+            return sample(logits, batch, generators).tolist()
         # what each penalty sees is decodelab.penalties' rule, the same as generate()'s
-        return sample(logits, params, generators, [s.output_token_ids for s in seqs],
+        return sample(logits, batch, generators, [s.output_token_ids for s in seqs],
                       prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs]).tolist()
+
+    def _sampling_batch(self, seqs: list[SequenceState]) -> SamplingBatch:
+        """The rows' parameters as tensors, rebuilt only when the sequences drawing this step change."""
+        key = tuple(s.seq_id for s in seqs)
+        if self._sampling_key != key:
+            self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.runner.device)
+        return self._sampling
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, seqs: list[SequenceState], tokens: list[int]) -> list[TokenLogprob | None]:
