@@ -28,8 +28,8 @@ does).
     engine.generate(prompts, SamplingParams(temperature=0, max_tokens=64))
     engine.stats.speculative.acceptance_rate, engine.stats.speculative.tokens_per_target_forward
 
-Taught in: no chapter yet; chapter 07b (speculative decoding) teaches the one-request version, `decodelab.speculative`,
-and the README's performance section has this module's measurements (benchmarks/speculative.py --engine).
+Measured in benchmarks/speculative.py --engine (the README's performance section).
+Taught in: chapters/07b-speculative-decoding.ipynb
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ class Speculator:
     prompt that later hits the block gets slightly worse proposals there, never a different output distribution
     (verify makes the output follow the target whatever the draft proposes).
 
-    Taught in: no chapter yet (see the module's docstring).
+    Taught in: chapters/07b-speculative-decoding.ipynb
     """
 
     def __init__(self, config: SpeculativeConfig, target: PagedLlama) -> None:
