@@ -118,6 +118,16 @@ def test_speculative_benchmark_smoke(tmp_path):
     assert model_rows[1]["tokens_per_target_forward"] > model_rows[0]["tokens_per_target_forward"]
 
 
+def test_speculative_engine_benchmark_smoke(tmp_path):
+    out = tmp_path / "speculative-engine.json"
+    run_benchmark("speculative.py", out, "--engine", "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert result["mode"] == "engine" and result["quick"]
+    for row in result["rows"]:  # machine-independent: steps and tokens, the same tokens as without speculation
+        assert row["tokens"] == row["plain_tokens"] and row["steps"] < row["plain_steps"]
+        assert 1.0 <= row["tokens_per_target_forward"] <= row["gamma"] + 1
+
+
 def test_load_benchmark_smoke(tmp_path):
     """200 concurrent streaming clients against the server on 127.0.0.1: every request completes or is refused."""
     out = tmp_path / "load.json"
