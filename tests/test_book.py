@@ -87,11 +87,6 @@ def test_chapters_sections_equations_and_exercises_are_numbered(built_book):
     assert not problems, "\n".join(problems)
 
 
-# Chapters whose figures are still captioned by hand ("**图 8.1**" in a Markdown cell) instead of by myst-nb's figure
-# metadata (`mystnb.figure.caption` and `name`), so Sphinx does not number them yet.
-HAND_CAPTIONED = {"chapters/07b-speculative-decoding"}
-
-
 def test_figures_are_numbered_and_references_show_the_numbers_of_their_targets(built_book):
     """Every figure of a chapter is a numbered <figure> (图 3.1, 图 3.2, ...) with a caption and alt text, and every
     {numref}/{eq} reference in the book shows the number that its figure or equation displays."""
@@ -111,7 +106,7 @@ def test_figures_are_numbered_and_references_show_the_numbers_of_their_targets(b
                 problems.append(f"{page}: figure {label} has no id, image or alt text")
             numbers[f"{page}.html#{figure.get('id')}"] = label
         loose = [img for img in main.select(".cell_output img") if img.find_parent("figure") is None]
-        if loose and page not in HAND_CAPTIONED:
+        if loose:
             problems.append(f"{page}: {len(loose)} output images are not numbered figures (add mystnb.figure metadata)")
         for eqno in main.select(".math .eqno"):
             numbers[f"{page}.html#{eqno.parent.get('id')}"] = eqno.find(string=True, recursive=False).strip()
