@@ -8,7 +8,8 @@ One run reports
   2. throughput (generated tokens/s) of Engine, of transformers `generate` with static padded batches, and of
      transformers' own continuous batching `generate_batch`;
   3. prefill tokens saved by prefix caching when every request shares a system prompt;
-  4. KV blocks saved when n = 4 parallel samples of a long prompt share the prompt's blocks.
+  4. KV blocks saved when n = 4 parallel samples of a long prompt share the prompt's blocks;
+  5. the engine's own overhead: wall time against time inside the model's forward, seeded sampling.
 
     python benchmarks/serving.py [--device cpu|cuda] [--quick] [--out PATH]
 
@@ -83,6 +84,39 @@ def run_engine(model, requests, batch: int, block_size: int = 16, attention: str
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "steps": engine.stats.steps,
             "kv_utilization_paged": float(np.mean(paged)), "kv_utilization_reserve_max_len": float(np.mean(reserved)),
             "preemptions": engine.stats.preemptions}
+
+
+def run_overhead(model, requests, batch: int) -> dict:
+    """The engine's own cost: wall time of a whole run against the time inside the model's forward, on the same
+    requests with seeded temperature-1 sampling (each request its own generator, as a server runs them). Also where
+    the rest goes: scheduling, building the step's batch, sampling, postprocessing. nano-vllm reaches about 1.1x."""
+    engine = Engine(model, block_size=16, max_num_seqs=batch)
+    spent = {"forward": 0.0, "schedule": 0.0, "run (batch + forward)": 0.0, "sample": 0.0, "postprocess": 0.0}
+
+    def timed(owner, name: str, label: str) -> None:
+        call = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            begin = time.perf_counter()
+            result = call(*args, **kwargs)
+            spent[label] += time.perf_counter() - begin
+            return result
+        setattr(owner, name, wrapper)
+
+    timed(engine.runner, "forward", "forward")
+    timed(engine.runner, "run", "run (batch + forward)")
+    timed(engine.scheduler, "schedule", "schedule")
+    timed(engine.scheduler, "postprocess", "postprocess")
+    timed(engine, "_sample", "sample")
+    for i, (prompt, out) in enumerate(requests):
+        engine.add_request(prompt, SamplingParams(temperature=1.0, seed=i, max_tokens=out, ignore_eos=True))
+    start = time.perf_counter()
+    while engine.has_unfinished():
+        engine.step()
+    seconds = time.perf_counter() - start
+    share = {label: value / seconds for label, value in spent.items()}
+    return {"seconds": seconds, "steps": engine.stats.steps, "wall_over_forward": seconds / spent["forward"],
+            "shares": share}
 
 
 def with_context(model, max_len: int):
@@ -234,6 +268,7 @@ def main() -> None:
     chat = run_chat_lengths(model, batch, args.seed, num_requests=16 if args.quick else 64)
     static = best_of(repeats, lambda: run_static(model, requests, batch))
     cont = best_of(repeats, lambda: run_generate_batch(model, requests, batch))
+    overhead = best_of(repeats, lambda: run_overhead(model, requests, batch))
     prefix = run_prefix(model, 16 if args.quick else 64, 96, args.seed)
     sharing = run_sharing(model, 192, 16 if args.quick else 48, args.seed)
     results = {"model": model_name, "device": args.device, "quick": args.quick, "threads": args.threads,
@@ -242,7 +277,7 @@ def main() -> None:
                "requests": len(requests), "batch": batch, "engine": engine, "engine_triton": kernel,
                "kv_utilization_by_block_size": utilization_by_block_size, "chat_lengths": chat,
                "static_generate": static,
-               "generate_batch": cont, "prefix_caching": prefix, "n4_sharing": sharing,
+               "generate_batch": cont, "engine_overhead": overhead, "prefix_caching": prefix, "n4_sharing": sharing,
                "speedup_vs_static": engine["tokens_per_s"] / static["tokens_per_s"]}
     rows = [
         ("model", model_name),
@@ -266,6 +301,9 @@ def main() -> None:
                                                      f"same tokens: {cont['same_tokens']})")]
           if "tokens_per_s" in cont else []),
         ("Engine / static generate", f"{results['speedup_vs_static']:.2f}x  (target >= 2x)"),
+        ("Engine wall time / time in the model's forward", f"{overhead['wall_over_forward']:.2f}x  (goal <= 1.1x; "
+                                                            + ", ".join(f"{k} {v:.0%}" for k, v in
+                                                                        overhead["shares"].items()) + " of wall)"),
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
                                            f"same outputs: {prefix['same_outputs']}"),
