@@ -98,8 +98,8 @@ def constrained_frames(model, tokenizer, prompt: str | list[int], params: Sampli
     compare the finished text's q(x) with p(x | valid) = p(x) / Z. Probabilities keep 3 significant digits.
 
     Example:
-        run = constrained_frames(model, tokenizer, "", SamplingParams(seed=5, max_tokens=40), form, "6 句的正则",
-                                 log_z=-8.56, log_z_source="6 句全部列出，精确")
+        run = constrained_frames(model, tokenizer, "", SamplingParams(seed=5, max_tokens=40), form, "正则：6 句",
+                                 log_z=-8.555, log_z_source="6 句全部列出，精确值")   # 小明喜欢吃北京烤鸭。
     Taught in: chapters/07d-constrained-decoding.ipynb
     """
     if not isinstance(name, str) or not name:
@@ -208,8 +208,8 @@ class ConstrainedStepper(anywidget.AnyWidget):
     top tokens under the model, which the grammar allows, the renormalised q, the mass the mask removed, the token
     drawn and the running log q and log p.
 
-    >>> ConstrainedStepper(runs, case="6 句的正则", index=5)
-    ConstrainedStepper(cases=['玩具语言自身', '提到北京', '6 句的正则'], case='6 句的正则', index=5, lecture=False)
+    >>> ConstrainedStepper(runs, case="正则：提到北京", index=11)
+    ConstrainedStepper(cases=['正则：6 句', '正则：提到北京', '玩具语言自身，T = 2'], case='正则：提到北京', index=11, lecture=False)
 
     Taught in: chapters/07d-constrained-decoding.ipynb
     """
