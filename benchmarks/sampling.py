@@ -50,13 +50,14 @@ def per_row_params(batch: int, top_k: int, top_p: float) -> list[SamplingParams]
 
 
 def time_calls(calls: dict, device: str, repeats: int) -> dict:
-    """Median milliseconds per call of each callable after one warm-up each; the contenders take turns, so a
-    shared machine's load changes hit them alike."""
-    for fn in calls.values():
-        fn()
+    """Median milliseconds per call of each callable. The contenders take turns, so a shared machine's load changes
+    hit them alike, and each timed call follows an untimed call of the same contender: on a CPU a call right after
+    another contender's (transformers' sort of the whole batch) pays for that one's freed memory in page faults,
+    which measured the order of the calls (2x on the first contender), not the code."""
     times = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
+            fn()
             times[name].append(synced_seconds(fn, device) * 1e3)
     return {name: statistics.median(values) for name, values in times.items()}
 
