@@ -175,12 +175,16 @@ def test_tiny_vocabularies_float64_and_removed_tokens():
     (dict(max_rounds=True), ValueError, "max_rounds"),
     (dict(logits=torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]])), ValueError, "finite"),
     (dict(logits=torch.tensor([[0.0, float("nan")], [0.0, 1.0]])), ValueError, "finite"),
+    (dict(row_max=torch.zeros(2)), ValueError, r"row_max must be None or a tensor \[2, 1\]"),
+    (dict(row_max=[1.0, 2.0]), ValueError, "row_max"),
+    (dict(row_max=torch.tensor([[1.0], [float("inf")]])), ValueError, "finite"),
 ])
 def test_rejects_bad_input(kwargs, error, pattern):
-    args = dict(logits=torch.randn(2, 5), top_p=[0.9, 0.5], generators=[None, None], max_rounds=4)
+    args = dict(logits=torch.randn(2, 5), top_p=[0.9, 0.5], generators=[None, None], max_rounds=4, row_max=None)
     args.update(kwargs)
     with pytest.raises(error, match=pattern):
-        top_p_rejection(args["logits"], args["top_p"], args["generators"], args["max_rounds"])
+        top_p_rejection(args["logits"], args["top_p"], args["generators"], args["max_rounds"],
+                        row_max=args["row_max"])
 
 
 @pytest.mark.cuda
@@ -220,3 +224,46 @@ def test_rejection_can_use_the_callers_tensor_as_scratch():
     assert torch.equal(logits, kept), "without overwrite the input is left as it was"
     scratch, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i) for i in range(4)], overwrite=True)
     assert torch.equal(copied, scratch)
+
+
+@pytest.mark.parametrize("rows, vocab_size", [(9, 32768), (3, 1000), (40, 4096)])
+def test_a_known_row_maximum_and_the_cache_blocks_change_no_draw(rows, vocab_size, monkeypatch):
+    """Passing each row's exact maximum (as the fast path does from its chunk maxima) and cutting the rows into cache
+    blocks of any size give the same tokens as one block with the maximum found by a pass: at 32k columns a block
+    holds 4 rows, so 9 rows are three blocks with a short last one; 1,000 columns are padded to whole chunks."""
+    import decodelab.rejection as rejection
+
+    torch.manual_seed(20)
+    logits = torch.randn(rows, vocab_size) * 3
+    top_p = [0.5 + 0.45 * i / rows for i in range(rows)]
+
+    def draw(**kwargs):
+        return top_p_rejection(logits.clone(), top_p, [make_generator(i) for i in range(rows)], overwrite=True,
+                               **kwargs)
+
+    reference, pending = draw()
+    assert pending == []
+    assert torch.equal(draw(row_max=logits.amax(dim=1, keepdim=True))[0], reference)
+    for block_bytes in (1, 3 * vocab_size * 4, 1 << 40):   # one row per block, three rows, every row at once
+        monkeypatch.setattr(rejection, "CACHE_BLOCK_BYTES", block_bytes)
+        assert torch.equal(draw()[0], reference)
+
+
+def test_the_fast_path_gets_the_tempered_row_maximum_from_the_chunk_maxima():
+    """draw_by_rejection takes each row's maximum from the chunk maxima and Temperature divides it with the row:
+    the result is exactly the maximum of the tempered row, so the draws equal those of a fresh pass."""
+    from decodelab.processors import RowGroup, Temperature
+    from decodelab.sampling_batch import SamplingBatch
+    from decodelab.topk import chunk_maxima
+
+    torch.manual_seed(21)
+    logits = torch.randn(6, 32768) * 3
+    batch = SamplingBatch([SamplingParams(temperature=0.3 + 0.37 * i, top_p=0.9) for i in range(6)])
+    group = RowGroup.dense(list(range(6)), logits, chunk_maxima(logits).amax(dim=1, keepdim=True))
+    Temperature()(group, batch)
+    assert torch.equal(group.row_max, group.logits.amax(dim=1, keepdim=True))
+    generators = [make_generator(i) for i in range(6)]
+    with_max, _ = fast_paths.draw_by_rejection(logits, list(range(6)), batch, generators, chunk_maxima(logits))
+    generators = [make_generator(i) for i in range(6)]
+    without, _ = fast_paths.draw_by_rejection(logits, list(range(6)), batch, generators, None)
+    assert torch.equal(with_max, without)

@@ -329,3 +329,15 @@ def test_params_accept_torch_and_numpy_scalars():
         SamplingParams(top_k=torch.tensor(True))
     with pytest.raises(ValueError, match="seed must be None or an int"):
         SamplingParams(seed=np.float64(1.5))
+
+
+@pytest.mark.parametrize("rows", [[0, 1, 2], [0, 0, 2], [2, 1, 0], [0, 2, 2], [1], []])
+def test_take_rows_is_x_rows_for_any_rows(rows):
+    """All rows in order come back without a copy; any other list (repeats, another order, a subset of the same
+    length as the batch) is a real selection, as an engine's forks draw from their prompt's row."""
+    from decodelab.truncation import take_rows
+
+    x = torch.arange(12.0).view(3, 4)
+    taken = take_rows(x, rows)
+    assert torch.equal(taken, x[torch.tensor(rows, dtype=torch.long)])
+    assert (taken is x) == (rows == [0, 1, 2])

@@ -72,13 +72,18 @@ def top_k_candidates(x: torch.Tensor, rows: list[int], batch: SamplingBatch,
 
 
 def draw_by_rejection(x: torch.Tensor, rows: list[int], batch: SamplingBatch,
-                      generators: list[torch.Generator | None]) -> tuple[torch.Tensor, list[int]]:
+                      generators: list[torch.Generator | None],
+                      chunk_max: torch.Tensor | None = None) -> tuple[torch.Tensor, list[int]]:
     """One token for each of `rows` of `x` `[B, V]` (rows with top-p alone), drawn from the nucleus of the tempered
-    logits by rejection; returns the tokens `[n]` and the rows left undecided (their tokens are meaningless)."""
-    group = RowGroup.dense(list(rows), take_rows(x, list(rows)))
+    logits by rejection; returns the tokens `[n]` and the rows left undecided (their tokens are meaningless).
+    `chunk_max` (`decodelab.topk.chunk_maxima` of x, or None) gives each row's maximum without another pass."""
+    rows = list(rows)
+    row_max = None if chunk_max is None else take_rows(chunk_max, rows).amax(dim=1, keepdim=True)  # [n, 1]
+    group = RowGroup.dense(rows, take_rows(x, rows), row_max)
     if batch.uses("temperature", rows):
         Temperature()(group, batch)
     # a tensor made here (tempered, or a subset of the rows) can serve the rejection as scratch space
     drawn, pending = top_p_rejection(group.logits, [batch.values("top_p")[i] for i in rows],
-                                     [generators[i] for i in rows], overwrite=group.logits is not x)
+                                     [generators[i] for i in rows], overwrite=group.logits is not x,
+                                     row_max=group.row_max)
     return drawn, [rows[j] for j in pending]

@@ -94,10 +94,10 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
         params = [params] * len(ids)
     if isinstance(params, (str, bytes)) or not isinstance(params, Sequence) or len(params) != len(ids):
         raise ValueError(f"params must be a SamplingParams or one per prompt ({len(ids)}), got {params!r}")
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
     for i, p in enumerate(params):
         if not isinstance(p, SamplingParams):
             raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")
-        vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
         if vocab_size is not None:
             check_vocabulary_ids(p, vocab_size, f"params[{i}]")
     if not isinstance(stream, bool):

@@ -31,10 +31,13 @@ class RowGroup:
     logits: torch.Tensor  # [n, K]; removed tokens are -inf
     token_ids: torch.Tensor | None = None  # [n, K] vocabulary id of each column, descending; None: column j is token j
     widths: list[int] = field(default_factory=list)  # per row, how many leading columns can hold kept tokens
+    # [n, 1] each row's maximum logit when known exactly (the fast path gets it from its chunk maxima); Temperature
+    # keeps it exact, since dividing by a positive number keeps the order and rounds the maximum as it rounds the row
+    row_max: torch.Tensor | None = None
 
     @classmethod
-    def dense(cls, rows: list[int], logits: torch.Tensor) -> RowGroup:
-        return cls(rows, logits, None, [logits.shape[1]] * len(rows))
+    def dense(cls, rows: list[int], logits: torch.Tensor, row_max: torch.Tensor | None = None) -> RowGroup:
+        return cls(rows, logits, None, [logits.shape[1]] * len(rows), row_max)
 
     @property
     def top_k_candidates(self) -> bool:
@@ -59,7 +62,10 @@ class Temperature:
     param = "temperature"
 
     def __call__(self, group: RowGroup, batch: SamplingBatch) -> None:
-        group.logits = group.logits / group.column(batch, "temperature")
+        temperature = group.column(batch, "temperature")  # [n, 1]
+        group.logits = group.logits / temperature
+        if group.row_max is not None:
+            group.row_max = group.row_max / temperature
 
 
 class TopK:
@@ -104,6 +110,7 @@ class Typical:
         filtered = typical_filter(group.logits.index_select(0, index), take_rows(group.column(batch, "typical_p"),
                                                                                   wanted))
         group.logits = group.logits.index_copy(0, index, filtered)
+        group.row_max = None  # typical sampling can remove a row's most likely token
 
 
 PROCESSORS = (Temperature(), TopK(), TopP(), MinP(), Typical())

@@ -41,6 +41,7 @@ from decodelab.validation import check_int
 
 MAX_ROUNDS = 32  # as FlashInfer; rows still pending after this many rounds go back to the caller
 DRAW_CHUNK = 256  # columns per chunk of the two-level inverse transform
+CACHE_BLOCK_BYTES = 1 << 19  # rows per pass on a CPU: about this many bytes, which stay in a core's L2 cache
 
 
 def _uniforms(generators: Sequence[torch.Generator | None], device: torch.device) -> torch.Tensor:
@@ -73,11 +74,37 @@ def _draw(chunks: torch.Tensor, chunk_mass: torch.Tensor, uniforms: torch.Tensor
     return chunk * DRAW_CHUNK + _invert(inside, uniforms[:, 1:])
 
 
+def _row_blocks(x: torch.Tensor) -> list[slice]:
+    """Slices of the rows of `x` `[m, K]`: on a CPU, blocks of about `CACHE_BLOCK_BYTES`, so that a run of passes
+    over one block (compare, multiply, sum) finds it in cache; elsewhere one block of all rows."""
+    m = x.shape[0]
+    if x.device.type != "cpu":
+        return [slice(0, m)]
+    rows = max(1, CACHE_BLOCK_BYTES // max(1, x.shape[1] * x.element_size()))
+    return [slice(start, min(start + rows, m)) for start in range(0, m, rows)]
+
+
+def _mass_at_most(weights: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """Per row of `weights` `[m, K]`, the sum of the weights <= that row's `bound` `[m, 1]`, `[m, 1]`."""
+    out = torch.empty(weights.shape[0], 1, dtype=weights.dtype, device=weights.device)
+    blocks = _row_blocks(weights)
+    scratch = torch.empty(blocks[0].stop, weights.shape[1], dtype=weights.dtype, device=weights.device)
+    for block in blocks:
+        w = weights[block]
+        # a comparison writing a 0/1 float mask, then an in-place product, is several times faster on CPU than
+        # torch.where
+        mask = torch.le(w, bound[block], out=scratch[: w.shape[0]])
+        out[block] = mask.mul_(w).sum(dim=-1, keepdim=True)
+    return out
+
+
 def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Sequence[torch.Generator | None],
-                    max_rounds: int = MAX_ROUNDS, overwrite: bool = False) -> tuple[torch.Tensor, list[int]]:
+                    max_rounds: int = MAX_ROUNDS, overwrite: bool = False,
+                    row_max: torch.Tensor | None = None) -> tuple[torch.Tensor, list[int]]:
     """Draw one token per row of `logits` (`[n, V]`, already divided by each row's temperature) from its top-p
     nucleus, by rejection with a rising pivot. With `overwrite` the caller hands `logits` over as scratch space
-    (float32 or float64 only), which saves a copy of `[n, V]`.
+    (float32 or float64 only), which saves a copy of `[n, V]`. `row_max` `[n, 1]`, when the caller knows it, must be
+    each row's exact maximum (it saves a pass over the logits).
 
     Returns `(tokens, pending)`: tokens `[n]` (LongTensor) and the rows still undecided after `max_rounds`, whose
     entries in `tokens` are meaningless; the caller draws those another exact way (the sort-based path).
@@ -99,19 +126,25 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
             raise TypeError(f"generators[{i}] must be a torch.Generator or None, got {type(g).__name__}")
     check_int(max_rounds, "max_rounds")
     device = logits.device
-    row_max = logits.amax(dim=-1, keepdim=True)  # [n, 1]
+    if row_max is None:
+        row_max = logits.amax(dim=-1, keepdim=True)  # [n, 1]
+    elif not isinstance(row_max, torch.Tensor) or tuple(row_max.shape) != (n, 1):
+        raise ValueError(f"row_max must be None or a tensor [{n}, 1], got {row_max!r:.80}")
     if not bool(torch.isfinite(row_max).all()):
         raise ValueError("logits rows must each hold a finite maximum (no NaN, no +inf, not all -inf)")
-    # [n, V]; the most likely token gets weight exp(0) = 1 exactly. In place when allowed: on a CPU every fresh
-    # [n, V] buffer costs page faults as well as a pass
-    if overwrite and logits.dtype in (torch.float32, torch.float64):
-        shifted = logits.sub_(row_max)
-    else:
-        shifted = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32) - row_max
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    # [n, V']: V rounded up to whole chunks, the padding -inf (weight 0: never drawn). In place when allowed: on a
+    # CPU every fresh [n, V] buffer costs page faults as well as a pass
     if vocab_size % DRAW_CHUNK:
-        shifted = F.pad(shifted, (0, -vocab_size % DRAW_CHUNK), value=float("-inf"))  # weight 0: never drawn
-    weights = shifted.exp_()  # [n, V'] probabilities times the row's normaliser
-    chunk_mass = weights.view(n, -1, DRAW_CHUNK).sum(dim=-1)  # [n, C]
+        weights = F.pad(logits.to(dtype), (0, -vocab_size % DRAW_CHUNK), value=float("-inf"))
+    elif overwrite and logits.dtype == dtype:
+        weights = logits
+    else:
+        weights = logits.to(dtype, copy=True)
+    chunk_mass = torch.empty(n, weights.shape[1] // DRAW_CHUNK, dtype=dtype, device=device)  # [n, C]
+    for block in _row_blocks(weights):  # probabilities times the row's normaliser; the most likely token gets 1
+        w = weights[block].sub_(row_max[block]).exp_()
+        chunk_mass[block] = w.view(w.shape[0], -1, DRAW_CHUNK).sum(dim=-1)
     normaliser = chunk_mass.sum(dim=-1, keepdim=True)  # [n, 1]
     # 1 - p in double precision, then cast, as the sort path and transformers compare with the float 1 - top_p
     one_minus_p = torch.tensor([1.0 - v for v in top_p], dtype=weights.dtype, device=device).unsqueeze(1)  # [n, 1]
@@ -130,9 +163,7 @@ def top_p_rejection(logits: torch.Tensor, top_p: Sequence[float], generators: Se
         choice = _draw(candidates.view(len(pending), -1, DRAW_CHUNK), mass,
                        _uniforms([generators[i] for i in pending], device))  # [m, 1]
         chosen_weight = w.gather(1, choice)  # [m, 1]
-        # the mass of the tokens no more likely than the choice; a comparison writing a 0/1 float mask, then an
-        # in-place product, is several times faster on CPU than torch.where
-        below = torch.le(w, chosen_weight, out=torch.empty_like(w)).mul_(w).sum(dim=-1, keepdim=True)  # [m, 1]
+        below = _mass_at_most(w, chosen_weight)  # [m, 1]: the mass of the tokens no more likely than the choice
         accept = (below > row_threshold) | (chosen_weight >= 1.0)  # the most likely token always stays
         tokens.index_copy_(0, index, choice.squeeze(1))  # rejected rows are overwritten in a later round
         pivot.index_copy_(0, index, torch.maximum(row_pivot, chosen_weight))

@@ -184,7 +184,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     routes = fast_paths.routes(batch, method, sampling=True)
     groups = _groups(x, batch, routes, chunk_max)
     if routes.rejection:
-        drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators)
+        drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators, chunk_max)
         tokens[torch.tensor(routes.rejection, device=x.device)] = drawn
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))

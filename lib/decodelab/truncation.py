@@ -21,9 +21,9 @@ NEG_INF = float("-inf")
 
 def take_rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """`x[rows]` without a copy when `rows` are all rows in order (the common case), else one `index_select`."""
-    if len(rows) == x.shape[0] and (not rows or (rows[0] == 0 and rows[-1] == len(rows) - 1)):
-        return x  # rows are sorted and distinct wherever this is called, so first and last decide
-    return x.index_select(0, torch.tensor(rows, device=x.device))
+    if len(rows) == x.shape[0] and list(rows) == list(range(x.shape[0])):
+        return x  # every row once, in order; any other list (repeats, another order) is a real selection
+    return x.index_select(0, torch.tensor(rows, dtype=torch.long, device=x.device))
 
 
 def top_k_filter(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
