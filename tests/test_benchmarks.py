@@ -34,8 +34,12 @@ def test_serving_benchmark_smoke(tmp_path):
     sizes = result["kv_utilization_by_block_size"]
     assert sizes["4"] > sizes["8"] > sizes["16"], "a smaller block wastes fewer slots in each sequence's last block"
     assert result["n4_sharing"]["peak_blocks_shared"] < result["n4_sharing"]["peak_blocks_separate"]
-    overhead = result["engine_overhead"]
-    assert overhead["wall_over_forward"] > 1.0 and 0.0 < overhead["shares"]["forward"] < 1.0
+    for key, seeded in (("engine_overhead", True), ("engine_overhead_unseeded", False)):
+        overhead = result[key]
+        assert overhead["seeded"] is seeded
+        assert overhead["wall_over_forward"] > overhead["wall_over_forward_without_noise"] >= 1.0
+        assert 0.0 < overhead["shares"]["sample: noise"] < overhead["shares"]["sample"] < 1.0
+        assert overhead["overhead_us_per_step"] > 0 and 0.0 < overhead["shares"]["forward"] < 1.0
     if "error" not in result["generate_batch"]:  # transformers' continuous batching, same limits, same workload
         assert result["generate_batch"]["same_tokens"] is True
 

@@ -20,9 +20,12 @@ which draws from p_i / p(N) as well, so the hand-over keeps the result exact.
 Cost: the first draw is accepted with probability top_p and every rejection removes the mass below the pivot, so with
 top_p = 0.9 about 90% of rows finish in one round whatever the size of their nucleus: flat logits (a nucleus of half
 the vocabulary) cost what peaked ones cost. A round is a few passes over the pending rows and one host
-synchronisation (which rows are still pending), never one per row. A draw is an inverse transform in two levels
-(pick a chunk of `DRAW_CHUNK` columns by the chunks' masses, then a column inside it) with two float64 uniforms per row:
-no sort, no top-k, one pass over the row, and cumulative sums short enough that rounding never starves a small token.
+synchronisation (which rows are still pending), never one per row. On a CPU the passes that follow each other over
+the same rows (shift and exponentiate; compare, multiply and sum) run over blocks of rows of about half a megabyte,
+which stay in a core's L2 cache between passes instead of streaming the whole batch from memory for each. A draw is
+an inverse transform in two levels (pick a chunk of `DRAW_CHUNK` columns by the chunks' masses, then a column inside
+it) with two float64 uniforms per row: no sort, no top-k, one pass over the row, and cumulative sums short enough
+that rounding never starves a small token.
 
 Ties: a token tied with the boundary value is kept with its whole tied group when below() of the group exceeds
 1 - top_p; transformers keeps the members of the group its sort happens to put last. Real logits rarely tie.
