@@ -10,7 +10,7 @@ One run reports
   3. prefill tokens saved by prefix caching when every request shares a system prompt;
   4. KV blocks saved when n = 4 parallel samples of a long prompt share the prompt's blocks;
   5. the engine's own overhead: wall time against time inside the model's forward, seeded and unseeded
-     sampling, with the share of the sampler's noise draw.
+     sampling, with the share of the sampler's noise draw, on tiny-zh and on a wider random-weight Llama.
 
     python benchmarks/serving.py [--device cpu|cuda] [--quick] [--out PATH]
 
@@ -134,6 +134,18 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
             "shares": share, "overhead_us_per_step": 1e6 * (seconds - spent["forward"]) / steps,
             "forward_us_per_step": 1e6 * spent["forward"] / steps,
             "wall_over_forward_without_noise": (seconds - spent["sample: noise"]) / spent["forward"]}
+
+
+def wider(model, hidden: int, layers: int):
+    """A random-weight Llama with tiny-zh's vocabulary, heads and context but `hidden` wide and `layers` deep, so
+    that the forward, not the engine's fixed cost per step, fills a step (as on a real model). The engine and the
+    sampler see the same vocabulary, so their work per step is what it is on tiny-zh."""
+    from transformers import LlamaForCausalLM
+    config = copy.deepcopy(model.config)
+    config.hidden_size, config.intermediate_size, config.num_hidden_layers = hidden, 3 * hidden, layers
+    config.head_dim = hidden // config.num_attention_heads
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(device=model.device, dtype=model.dtype).eval()
 
 
 def with_context(model, max_len: int):
@@ -287,6 +299,11 @@ def main() -> None:
     cont = best_of(repeats, lambda: run_generate_batch(model, requests, batch))
     overhead = best_of(repeats, lambda: run_overhead(model, requests, batch))
     overhead_unseeded = best_of(repeats, lambda: run_overhead(model, requests, batch, seeded=False))
+    wide_shape = (256, 4) if args.quick else (512, 8)                       # hidden, layers
+    wide = wider(model, *wide_shape)
+    overhead_wide = best_of(min(repeats, 3), lambda: run_overhead(wide, requests, batch))
+    overhead_wide.update(hidden=wide_shape[0], layers=wide_shape[1],
+                         parameters=sum(p.numel() for p in wide.parameters()))
     prefix = run_prefix(model, 16 if args.quick else 64, 96, args.seed)
     sharing = run_sharing(model, 192, 16 if args.quick else 48, args.seed)
     results = {"model": model_name, "device": args.device, "quick": args.quick, "threads": args.threads,
@@ -296,7 +313,8 @@ def main() -> None:
                "kv_utilization_by_block_size": utilization_by_block_size, "chat_lengths": chat,
                "static_generate": static,
                "generate_batch": cont, "engine_overhead": overhead,
-               "engine_overhead_unseeded": overhead_unseeded, "prefix_caching": prefix, "n4_sharing": sharing,
+               "engine_overhead_unseeded": overhead_unseeded, "engine_overhead_wider_model": overhead_wide,
+               "prefix_caching": prefix, "n4_sharing": sharing,
                "speedup_vs_static": engine["tokens_per_s"] / static["tokens_per_s"]}
     rows = [
         ("model", model_name),
@@ -324,7 +342,9 @@ def main() -> None:
            f"{o['wall_over_forward']:.2f}x  (goal <= 1.1x; " + ", ".join(f"{k} {v:.0%}" for k, v in o["shares"].items())
            + f" of wall; {o['overhead_us_per_step']:.0f} us per step beside a {o['forward_us_per_step']:.0f} us "
              f"forward; {o['wall_over_forward_without_noise']:.2f}x without the noise)")
-          for label, o in (("seeded", overhead), ("unseeded", overhead_unseeded))],
+          for label, o in (("seeded", overhead), ("unseeded", overhead_unseeded),
+                           (f"seeded, random Llama hidden {wide_shape[0]} x {wide_shape[1]} layers "
+                            f"({overhead_wide['parameters'] / 1e6:.0f}M parameters)", overhead_wide))],
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
                                            f"same outputs: {prefix['same_outputs']}"),

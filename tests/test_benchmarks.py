@@ -34,7 +34,9 @@ def test_serving_benchmark_smoke(tmp_path):
     sizes = result["kv_utilization_by_block_size"]
     assert sizes["4"] > sizes["8"] > sizes["16"], "a smaller block wastes fewer slots in each sequence's last block"
     assert result["n4_sharing"]["peak_blocks_shared"] < result["n4_sharing"]["peak_blocks_separate"]
-    for key, seeded in (("engine_overhead", True), ("engine_overhead_unseeded", False)):
+    assert result["engine_overhead_wider_model"]["hidden"] == 256
+    for key, seeded in (("engine_overhead", True), ("engine_overhead_unseeded", False),
+                        ("engine_overhead_wider_model", True)):
         overhead = result[key]
         assert overhead["seeded"] is seeded
         assert overhead["wall_over_forward"] > overhead["wall_over_forward_without_noise"] >= 1.0
