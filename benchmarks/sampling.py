@@ -12,7 +12,8 @@ model's (Gaussian, sigma 3: at V = 32k and temperatures 0.8 / 1.0 / 1.2 the nucl
 tokens); top-p 0.9 alone on flat logits (sigma 1: 17,000-22,000 tokens, more than half the vocabulary). The fast path
 draws top-p-alone rows by rejection (decodelab.rejection), whose cost does not depend on the nucleus size.
 A scaling check times the fast path at B = 2,000 and 20,000 rows of a 64-token vocabulary: the time per row must
-stay flat (nothing quadratic in the batch size).
+stay flat (nothing quadratic in the batch size). A last check times one division into a fresh tensor at 255 and 256
+rows of 32k logits, either side of the 32 MiB from which a CPU's allocator maps every new buffer page by page.
 
     python benchmarks/sampling.py [--device cpu|cuda] [--quick] [--repeats N] [--threads N] [--out PATH]
 
@@ -99,6 +100,18 @@ def scaling(device: str, repeats: int) -> dict:
     return {"us_per_row_2000": out[2000], "us_per_row_20000": out[20000], "growth": out[20000] / out[2000]}
 
 
+def fresh_buffer(device: str, repeats: int) -> dict:
+    """Milliseconds to divide 255 and 256 rows of 32k float32 logits into a fresh tensor: 256 rows are exactly 32 MiB,
+    from where glibc maps every new buffer from the kernel page by page (a CPU's page faults; what makes B = 256
+    cost more than four times B = 64 for every contender here)."""
+    out = {}
+    for rows in (255, 256):
+        x = torch.randn(rows, 32768, device=device)
+        temperature = torch.full((rows, 1), 0.9, device=device)
+        out[f"rows_{rows}_ms"] = time_calls({"divide": lambda: x / temperature}, device, max(repeats, 5))["divide"]
+    return out
+
+
 def targets(rows: list[dict], growth: float | None = None) -> list[dict]:
     """The issue's targets, read at B=64, V=32k: the speed the sampler had before its redesign (24x and 37x
     transformers, issue 15), and the earlier floors."""
@@ -151,6 +164,9 @@ def main() -> None:
     scale = scaling(args.device, args.repeats)
     print(f"\nbatch scaling (V = 64): {scale['us_per_row_2000']:.2f} us/row at 2,000 rows, "
           f"{scale['us_per_row_20000']:.2f} us/row at 20,000 rows")
+    fresh = fresh_buffer(args.device, args.repeats)
+    print(f"a division into a fresh tensor of 32k columns: {fresh['rows_255_ms']:.2f} ms at 255 rows (31.9 MiB), "
+          f"{fresh['rows_256_ms']:.2f} ms at 256 rows (32 MiB)")
     checks = targets(rows, scale["growth"])
     for check in checks:
         print(f"- {check['target']}: {check['measured']}x ({'met' if check['met'] else 'NOT met'})")
@@ -159,7 +175,8 @@ def main() -> None:
     out.write_text(json.dumps({
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats,
-        "rows": rows, "scaling": scale, "targets": checks}, indent=1))
+        "rows": rows, "scaling": scale, "fresh_buffer": fresh,
+        "targets": checks}, indent=1))
     print(f"wrote {out}")
 
 
