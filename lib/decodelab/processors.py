@@ -57,7 +57,8 @@ class RowGroup:
 
 
 class Temperature:
-    """Divide each row's logits by its temperature (argmax rows never get here)."""
+    """Divide each row's logits by its temperature (argmax rows never get here), and the group's row maxima with
+    them when it knows them."""
 
     param = "temperature"
 
