@@ -40,7 +40,7 @@ LOCAL_SCHEMES = frozenset({"data", "blob", "about"})
 def require_chromium() -> Path:
     """The Chromium binary, or a skip that says how to install it (a skip fails the suite under CI=true)."""
     if not CHROMIUM.is_file():
-        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium fonts-wqy-microhei)")
+        pytest.skip(f"{CHROMIUM} not found: run scripts/install-system-deps.sh (Debian's chromium and a CJK font)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:

@@ -40,7 +40,7 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI=true, which allows only CUDA skips: {report.longrepr}"
 
 
-BROWSER_PACKAGES = "sudo apt-get install -y chromium fonts-wqy-microhei nodejs npm"
+BROWSER_PACKAGES = "scripts/install-system-deps.sh"
 
 
 def pytest_unconfigure(config):

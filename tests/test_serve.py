@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import json
+import socket
+import threading
 import time
 
 import httpx
@@ -14,7 +16,7 @@ import pytest
 
 from decodelab.engine import Engine
 from decodelab.sampling import SamplingParams
-from decodelab.server_process import LocalServer
+from decodelab.server_process import LocalServer, free_port
 
 MODEL = "tiny-zh"
 PROMPTS = ["小明", "小红在学校", "老师说", "我们明天", "妈妈买了"]
@@ -208,27 +210,118 @@ def wait_until_idle(server, timeout=15.0) -> None:
     raise AssertionError("the server still holds sequences or KV blocks: " + server.get("/metrics").text[:2000])
 
 
-def test_client_that_disconnects_mid_stream_leaves_no_block_held(server):
-    aborted = server.metric("decodelab:request_aborted_total")
+class GatedEngine(Engine):
+    """An engine whose steps run only when the test lets them, so what a client sees never depends on how fast the
+    machine is: `allow(k)` lets k more steps run, `open()` lets every step run."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._permits = threading.Semaphore(0)
+        self._open = False
+        self.waiting = threading.Event()                 # a step (so an admitted request) waits at the gate
+
+    def allow(self, steps: int) -> None:
+        for _ in range(steps):
+            self._permits.release()
+
+    def open(self) -> None:
+        self._open = True
+        self._permits.release()
+
+    def step(self):
+        if not self._open:
+            self.waiting.set()
+            self._permits.acquire()
+            self.waiting.clear()
+        return super().step()
+
+
+class GatedServer:
+    """The server's app over a GatedEngine, served by uvicorn in a thread of this process on 127.0.0.1."""
+
+    def __init__(self, engine: GatedEngine, max_queue_len: int = 256) -> None:
+        import uvicorn
+
+        from decodelab.serve import create_app
+
+        self.engine = engine
+        self.app = create_app(engine, MODEL, max_queue_len)
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.aborted = threading.Event()                 # set when the app aborts a request (its client left)
+        runner = self.app.state.runner
+        abort = runner.abort
+
+        def recording_abort(stream):
+            abort(stream)
+            self.aborted.set()
+
+        runner.abort = recording_abort
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "GatedServer":
+        self.thread.start()
+        while not self.server.started:
+            assert self.thread.is_alive(), "uvicorn stopped before it started"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.engine.open()
+        self.server.should_exit = True
+        self.thread.join()
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=10.0)
+
+    def metric(self, name: str) -> float:
+        for line in self.get("/metrics").text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        raise KeyError(name)
+
+    def wait_for_abort(self) -> None:
+        """Until the app has aborted a request; the deadline only turns a broken server into a failure, not a hang."""
+        assert self.aborted.wait(120), "the server never noticed that the client left"
+
+
+@pytest.fixture
+def gated(tiny):
+    model, tokenizer = tiny
+    with GatedServer(GatedEngine(model, tokenizer, max_num_seqs=8)) as running:
+        yield running
+
+
+def test_client_that_disconnects_mid_stream_leaves_no_block_held(gated):
+    """One step runs (the first token of both samples), the next waits at the gate until the client has left."""
     body = {"model": MODEL, "prompt": "小明", "max_tokens": 250, "ignore_eos": True, "stream": True, "n": 2}
-    with httpx.stream("POST", server.base_url + "/completions", json=body, timeout=30) as response:
+    gated.engine.allow(1)
+    with httpx.stream("POST", gated.base_url + "/completions", json=body, timeout=60) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
         while not next(lines).startswith("data: "):
             pass
-        assert server.metric("decodelab:num_requests_running") == 2     # both samples still running
+        assert gated.metric("decodelab:num_requests_running") == 2     # both samples still running
         lines.close()                                                   # closing the stream disconnects
-    wait_until_idle(server)
-    assert server.metric("decodelab:request_aborted_total") == aborted + 1
+    gated.wait_for_abort()
+    gated.engine.open()
+    wait_until_idle(gated)
+    assert gated.metric("decodelab:request_aborted_total") == 1
 
 
-def test_client_that_disconnects_before_a_plain_response_leaves_no_block_held(server):
-    aborted = server.metric("decodelab:request_aborted_total")
-    body = {"model": MODEL, "prompt": "小明", "max_tokens": 200, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.base_url + "/completions", json=body, timeout=httpx.Timeout(5, read=0.3))
-    wait_until_idle(server)
-    assert server.metric("decodelab:request_aborted_total") == aborted + 1
+def test_client_that_disconnects_before_a_plain_response_leaves_no_block_held(gated):
+    """No step runs until the client has sent the request and closed its connection."""
+    body = json.dumps({"model": MODEL, "prompt": "小明", "max_tokens": 200, "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", gated.port)) as client:
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert gated.engine.waiting.wait(120), "the request never reached the engine"
+    gated.wait_for_abort()
+    gated.engine.open()
+    wait_until_idle(gated)
+    assert gated.metric("decodelab:request_aborted_total") == 1
+    assert gated.metric("decodelab:num_requests_running") == 0
 
 
 def test_metrics_count_what_was_served(server, client):
@@ -240,9 +333,12 @@ def test_metrics_count_what_was_served(server, client):
     assert server.metric("decodelab:inter_token_latency_seconds_count") == itl_before + 2 * 5
 
 
-def test_full_queue_gets_503_and_nothing_is_lost():
-    with LocalServer("--model", MODEL, "--max-num-seqs", "1", "--max-queue-len", "2") as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
+def test_full_queue_gets_503_and_nothing_is_lost(tiny):
+    """With the engine held at its first step, one sequence at a time and a queue of 2: of 8 requests, 2 wait and
+    6 are refused, whatever the machine's speed; once the engine runs, the 2 are served in full."""
+    model, tokenizer = tiny
+    with GatedServer(GatedEngine(model, tokenizer, max_num_seqs=1), max_queue_len=2) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
 
         def one(i):
             try:
@@ -253,12 +349,20 @@ def test_full_queue_gets_503_and_nothing_is_lost():
                 return error.status_code, error.body
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            results = list(pool.map(one, range(8)))
+            futures = [pool.submit(one, i) for i in range(8)]
+            done, pending = set(), set(futures)
+            while len(done) < 6:                                # the refusals come back while the engine waits
+                finished, pending = concurrent.futures.wait(pending, timeout=120,
+                                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                assert finished, f"only {len(done)} of 8 requests were answered while the engine waited"
+                done |= finished
+            server.engine.open()
+            results = [future.result() for future in futures]
         refused = [body for status, body in results if status == 503]
         served = [ok for status, ok in results if status == "ok"]
-        assert len(refused) + len(served) == 8 and refused and served and all(served), results
+        assert len(refused) == 6 and len(served) == 2 and all(served), results
         assert all(body["code"] == "queue_full" and body["type"] == "server_overloaded" for body in refused)
-        assert server.metric("decodelab:request_refused_total") == len(refused)
+        assert server.metric("decodelab:request_refused_total") == 6
         wait_until_idle(server)
         assert server.get("/health").status_code == 200
 
