@@ -83,8 +83,8 @@ execute: $(EXEC_STAMPS)
 
 # The two shipped models every chapter uses (chapter 05's small twins have their own scripts, named in their cards).
 model: venv
-	$(BIN)/python -m decodelab.train --model tiny-zh
-	$(BIN)/python -m decodelab.train --model tiny-zh-doc
+	$(BIN)/python -m decodelab.models.train --model tiny-zh
+	$(BIN)/python -m decodelab.models.train --model tiny-zh-doc
 
 bench: venv
 	$(BIN)/python benchmarks/sampling.py

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from decodelab.attention import paged_attention
-from decodelab.timing import synced_seconds
-from decodelab.triton_attention import paged_decode_attention, unavailable_reason
+from decodelab.runner.attention import paged_attention
+from decodelab.measure.timing import synced_seconds
+from decodelab.runner.triton_attention import paged_decode_attention, unavailable_reason
 
 RESULTS = Path(__file__).parent / "results" / "attention.json"
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16

@@ -1,7 +1,7 @@
 """Best-of-n benchmark: accuracy against n for three verifiers and pass@k, at three temperatures, with the token cost.
 
-Model: the shipped tiny-zh-doc through `decodelab.engine.Engine` (block size 4: a prompt of 12-15 tokens, BOS, 10
-characters and a name of 2-5, has three whole blocks that its samples share). Task (`decodelab.best_of_n_task`): the
+Model: the shipped tiny-zh-doc through `decodelab.engine.engine.Engine` (block size 4: a prompt of 12-15 tokens, BOS, 10
+characters and a name of 2-5, has three whole blocks that its samples share). Task (`decodelab.toy.questions`): the
 prompt "这是{P}在{CITY}的一天。" for every one of the 20 people with the first 10 cities (200 questions; `--quick`: 20,
 one city); a sample is right when the first person it names in its first 40 tokens is P. 16 samples per question,
 question i seeded i, at T = 0.7, 1, 1.5.
@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodelab.best_of_n import VERIFIERS, bootstrap_mean, draw, is_right, mean_pass_at_k
-from decodelab.best_of_n_task import questions, truth_accuracy
-from decodelab.constrained_measure import wilson_interval
+from decodelab.measure.best_of_n import VERIFIERS, bootstrap_mean, draw, is_right, mean_pass_at_k
+from decodelab.toy.questions import questions, truth_accuracy
+from decodelab.measure.constrained import wilson_interval
 from decodelab.engine import Engine
 from decodelab.models import load_model
 

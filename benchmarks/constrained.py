@@ -43,14 +43,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodelab.constrained import constrained_generate, score_sequences
-from decodelab.constrained_grammar import LLGuidanceGrammar, ToyLanguageGrammar
-from decodelab.constrained_measure import (enumerate_grammar, kl_exact, kl_to_conditional, mean_log_ratio,
+from decodelab.decoding.constrained import constrained_generate, score_sequences
+from decodelab.grammar import LLGuidanceGrammar, ToyLanguageGrammar
+from decodelab.measure.constrained import (enumerate_grammar, kl_exact, kl_to_conditional, mean_log_ratio,
                                            wilson_interval)
-from decodelab.generate import generate, model_step
+from decodelab.decoding.generate import generate, model_step
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
-from decodelab.toylang import ToyLanguage
+from decodelab.toy import ToyLanguage
 
 RESULTS = Path(__file__).parent / "results" / "constrained.json"
 CITY = "[^。！？]{0,15}北京[^。！？]{0,15}[。！？]"

@@ -36,9 +36,9 @@ from urllib.parse import urlparse
 import httpx
 import numpy as np
 
-from decodelab.server_process import LocalServer
-from decodelab.tables import Table
-from decodelab.toylang import ToyLanguage
+from decodelab.serve import LocalServer
+from decodelab.book.tables import Table
+from decodelab.toy import ToyLanguage
 
 RESULTS = Path(__file__).parent / "results" / "load.json"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

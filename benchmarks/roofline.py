@@ -7,7 +7,7 @@
      on a GPU. Both are measured before the model points and again (1 thread) after them; the ceilings are the best
      figures of the two passes, since on a shared machine a neighbour's burst only ever slows a measurement down.
   3. A random-weight Llama whose weights exceed the last-level cache many times (6 layers, hidden 2,048, vocabulary
-     32k: 1.6 GB in float32), run by `decodelab.paged_model.PagedLlama` (the engine's forward) at one thread:
+     32k: 1.6 GB in float32), run by `decodelab.runner.model.PagedLlama` (the engine's forward) at one thread:
      decode steps for batch 1..128 (context 128 each) and prefills of 4..1,024 tokens (batch 1). Each point gets its
      FLOPs and its compulsory bytes (weights read once, K/V read and written once; activations not counted), so
      achieved FLOP/s and bytes/s place it on the measured roofline. The bandwidth ceiling is the best streaming
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from decodelab.paged_model import PagedLlama, StepBatch
-from decodelab.timing import synced_seconds
+from decodelab.runner import PagedLlama, StepBatch
+from decodelab.measure.timing import synced_seconds
 
 RESULTS = Path(__file__).parent / "results" / "roofline.json"
 BLOCK_SIZE = 16

@@ -1,16 +1,16 @@
 """Sampling benchmark: our batched sampler with per-row parameters against transformers' scalar chain.
 
 For B in {1, 8, 64, 256} and V in {32k, 152k}, time per call of
-  - `decodelab.sampling.sample(..., method="fast")` (no sort of the vocabulary), given the rows' `SamplingParams`,
+  - `decodelab.sampling.sampler.sample(..., method="fast")` (no sort of the vocabulary), given the rows' `SamplingParams`,
   - the same with a `SamplingBatch` built once beforehand, as an engine passes it at every step of an unchanged batch,
-  - `decodelab.sampling.sample(..., method="sort")` (the sort-based reference),
+  - `decodelab.sampling.sampler.sample(..., method="sort")` (the sort-based reference),
   - transformers' `LogitsProcessorList` (temperature, top-k, top-p) + softmax + `torch.multinomial`, with one scalar
     setting for the whole batch: the best transformers can do.
 Ours gets mixed per-row parameters (temperatures 0.8-1.2, every fourth row seeded with its own generator).
 Scenarios: top-k 50 + top-p 0.9 on Gaussian logits (sigma 3); top-p 0.9 alone on logits shaped like a language
 model's (Gaussian, sigma 3: at V = 32k and temperatures 0.8 / 1.0 / 1.2 the nucleus holds about 300 / 1,400 / 3,600
 tokens); top-p 0.9 alone on flat logits (sigma 1: 17,000-22,000 tokens, more than half the vocabulary). The fast path
-draws top-p-alone rows by rejection (decodelab.rejection), whose cost does not depend on the nucleus size.
+draws top-p-alone rows by rejection (decodelab.sampling.ops.rejection), whose cost does not depend on the nucleus size.
 A scaling check times the fast path at B = 2,000 and 20,000 rows of a 64-token vocabulary: the time per row must
 stay flat (nothing quadratic in the batch size). A last check times one division into a fresh tensor at 255 and 256
 rows of 32k logits, either side of the 32 MiB from which a CPU's allocator maps every new buffer page by page.
@@ -35,7 +35,7 @@ from transformers.generation.logits_process import (
 )
 
 from decodelab.sampling import SamplingBatch, SamplingParams, make_generator, sample
-from decodelab.timing import synced_seconds
+from decodelab.measure.timing import synced_seconds
 
 RESULTS = Path(__file__).parent / "results" / "sampling.json"
 SCENARIOS = {  # name: (logit sigma, top_k, top_p)

@@ -46,7 +46,7 @@ def load(device: str):
         return model, "tiny-zh (shipped)"
     except (FileNotFoundError, OSError, ValueError, ImportError) as err:
         from transformers import LlamaForCausalLM
-        from decodelab.train import TrainParams, model_config
+        from decodelab.models.train import TrainParams, model_config
         torch.manual_seed(0)
         model = LlamaForCausalLM(model_config(473, TrainParams())).to(device).eval()  # 473: tiny-zh's vocabulary
         return model, f"RANDOM Llama of tiny-zh's shape (assets missing: {type(err).__name__})"
@@ -93,7 +93,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
     sets `seed`) or not (one noise tensor for the batch, as nano-vllm always draws). Also where the rest goes:
     scheduling, building the step's batch, sampling (with the Exponential(1) noise of its draw on its own),
     postprocessing, and the engine's cost per step in microseconds. nano-vllm reaches about 1.1x on a GPU."""
-    from decodelab import sampling
+    from decodelab.sampling import sampler as sampling
 
     engine = Engine(model, block_size=16, max_num_seqs=batch)
     spent = {"forward": 0.0, "schedule": 0.0, "run (batch + forward)": 0.0, "sample": 0.0, "sample: noise": 0.0,

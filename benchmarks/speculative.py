@@ -15,7 +15,7 @@ after `--tokens` tokens. For gamma in {1, 2, 3, 4, 6, 8} it reports:
 
 The acceptance figures depend only on the seeds, not on the machine; the times do.
 
-`--engine` measures speculation inside the continuous-batching `Engine` instead (`decodelab.speculative_engine`):
+`--engine` measures speculation inside the continuous-batching `Engine` instead (`decodelab.engine.speculation`):
 16 document openings in one batch, temperature 0 and 1, gamma in {2, 4, 6}, the same two drafts. Per row: acceptance
 and alpha as above, drafts per round and tokens per target forward (a round is one sequence in one decode step; the
 target runs one batched forward a step), the theory's (1 - alpha^(gamma+1)) / (1 - alpha), engine steps, and
@@ -38,12 +38,12 @@ from pathlib import Path
 import torch
 
 from decodelab.engine import Engine
-from decodelab.generate import generate, model_step
+from decodelab.decoding.generate import generate, model_step
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
-from decodelab.speculative import ModelDraft, NgramDraft, speculative_generate
-from decodelab.speculative_engine import SpeculativeConfig
-from decodelab.toylang_docs import DocumentLanguage
+from decodelab.decoding.speculative import ModelDraft, NgramDraft, speculative_generate
+from decodelab.engine.speculation import SpeculativeConfig
+from decodelab.toy import DocumentLanguage
 
 RESULTS = Path(__file__).parent / "results" / "speculative.json"
 ENGINE_RESULTS = Path(__file__).parent / "results" / "speculative-engine.json"

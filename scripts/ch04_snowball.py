@@ -8,7 +8,7 @@ allows at least two characters, three conditions share the prefix and the sampli
 - substitute: another character the truth allows there (not the document's) is forced, the same way.
 
 The model then writes 50 more tokens at temperature T. An error after an impossible character is judged as in
-`decodelab.forced_token`: the rest of the forced token's sentence is skipped; from the first run of sentence-final
+`decodelab.measure.forced_token`: the rest of the forced token's sentence is skipped; from the first run of sentence-final
 punctuation on, every character is judged by the sentence grammar, which restarts at each sentence end (and after an
 error, at the next one). Reported per bin of distances after the forced token: errors per judged character, with
 bootstrap 95% intervals over documents (paired, so the differences between conditions get intervals too); the share
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodelab.forced_token import DOCUMENT_SEED, continue_and_judge, forced_inputs
+from decodelab.measure.forced_token import DOCUMENT_SEED, continue_and_judge, forced_inputs
 from decodelab.models import load_model
-from decodelab.toylang import ToyLanguage
-from decodelab.toylang_docs import DocumentLanguage
+from decodelab.toy import ToyLanguage
+from decodelab.toy import DocumentLanguage
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "04-snowball.json"
 TEMPERATURES = (1.0, 1.5)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from decodelab.generate import generate
+from decodelab.decoding import generate
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
-from decodelab.toylang import ToyLanguage
-from decodelab.widgets.drift import inject_and_continue, position_errors, sample_with_verifier
+from decodelab.toy import ToyLanguage
+from decodelab.book.widgets.drift import inject_and_continue, position_errors, sample_with_verifier
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "05-drift.json"
 TEMPERATURES = (0.7, 1.0, 1.5, 2.0)

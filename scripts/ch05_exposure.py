@@ -1,11 +1,11 @@
 """Exposure bias measured on long generation: error hazard by prefix provenance, and DAgger against its twins.
 
-For each document model (the small baseline `tiny-zh-doc-small`, its twins trained by `decodelab.train_dagger`, and
+For each document model (the small baseline `tiny-zh-doc-small`, its twins trained by `decodelab.measure.dagger`, and
 the large `tiny-zh-doc` for reference), on the same held-out documents:
 
 1. held-out cross-entropy (clean data, nats per character);
 2. the model's own continuations (temperature 1, up to 400 characters) of each document's first sentence;
-3. the error hazard (`decodelab.exposure.hazards`) at each position of the true documents (teacher forcing), of
+3. the error hazard (`decodelab.measure.exposure.hazards`) at each position of the true documents (teacher forcing), of
    the own continuations while error-free, and of the own continuations after their first error, binned by position,
    with 95% bootstrap intervals over documents, and the gaps between them;
 4. validity and errors per 100 characters of the own continuations;
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodelab.exposure import (Binned, bin_by_position, bootstrap_means, continue_texts, count_errors,
+from decodelab.measure.exposure import (Binned, bin_by_position, bootstrap_means, continue_texts, count_errors,
                                 gap_and_interval, hazards, mean_and_interval, recovered)
 from decodelab.models import load_model
-from decodelab.toylang_docs import DocumentLanguage
-from decodelab.train import ASSETS, cross_entropy_per_char
-from decodelab.train_dagger import first_sentence
+from decodelab.toy import DocumentLanguage
+from decodelab.models.train import ASSETS, cross_entropy_per_char
+from decodelab.measure.dagger import first_sentence
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "05-exposure.json"
 MODELS = ("tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger", "tiny-zh-doc")

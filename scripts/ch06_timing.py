@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decodelab.generate import model_step
-from decodelab.timing import synced_seconds
+from decodelab.decoding.generate import model_step
+from decodelab.measure.timing import synced_seconds
 
 DATA = Path(__file__).resolve().parent.parent / "chapters" / "data"
 

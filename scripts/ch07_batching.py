@@ -22,7 +22,7 @@ import torch
 from decodelab.engine import Engine
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
-from decodelab.toylang import ToyLanguage
+from decodelab.toy import ToyLanguage
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-batching.json"
 

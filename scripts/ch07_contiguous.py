@@ -37,7 +37,7 @@ import torch
 from decodelab.engine import Engine
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
-from decodelab.toylang_docs import DocumentLanguage
+from decodelab.toy import DocumentLanguage
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-contiguous.json"
 LAYOUTS = {"paged": ("paged", "max_tokens"), "contiguous, prompt + max_tokens": ("contiguous", "max_tokens"),

@@ -9,8 +9,8 @@ Workloads on tiny-zh-doc (context 512), 16 requests each, temperature 1, seeded:
 
     .venv/bin/python scripts/ch07_sharing.py             # writes chapters/data/07-sharing.json
 
-Beam search (widths 2, 4, 6) runs on the same prompts with `decodelab.beam` (a contiguous cache, as transformers),
-and its family tree is replayed through a real block pool (`decodelab.beam_sharing`): blocks held with sharing
+Beam search (widths 2, 4, 6) runs on the same prompts with `decodelab.decoding.beam` (a contiguous cache, as transformers),
+and its family tree is replayed through a real block pool (`decodelab.measure.beam_sharing`): blocks held with sharing
 against the same beams each on its own, summed over every forward.
 
     .venv/bin/python scripts/ch07_sharing.py --only beam    # recompute the beam rows, keep the sampling rows
@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodelab.beam import beam_search
-from decodelab.beam_sharing import beam_blocks
+from decodelab.decoding import beam_search
+from decodelab.measure.beam_sharing import beam_blocks
 from decodelab.engine import Engine
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
-from decodelab.toylang_docs import DocumentLanguage
+from decodelab.toy import DocumentLanguage
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-sharing.json"
 

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodelab.beam import beam_search
-from decodelab.generate import generate
-from decodelab.metrics import continuation_log_probs, true_log_prob
+from decodelab.decoding import beam_search
+from decodelab.decoding import generate
+from decodelab.measure.scoring import continuation_log_probs, true_log_prob
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams, process_logits
-from decodelab.text_metrics import distinct_n, ending_loop, self_bleu, zipf_coefficient
-from decodelab.toylang_docs import DocumentLanguage
+from decodelab.measure.repetition import distinct_n, ending_loop, self_bleu, zipf_coefficient
+from decodelab.toy import DocumentLanguage
 
 OUT = Path(__file__).resolve().parents[1] / "chapters" / "data" / "03-long-form.json"
 MODEL = "tiny-zh-doc"

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# tests/ mirrors lib/decodelab's subpackages; the shared helpers (browser.py, lab.py) stay at the top.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -79,8 +82,8 @@ def random_llama():
 
 @pytest.fixture(scope="session")
 def tiny():
-    """The shipped tiny-zh model and tokenizer, as `decodelab.models.load_model` returns them."""
-    from decodelab.models import load_model
+    """The shipped tiny-zh model and tokenizer, as `decodelab.models.load.load_model` returns them."""
+    from decodelab.models.load import load_model
 
     return load_model("tiny-zh", device="cpu")
 

@@ -1,0 +1,130 @@
+"""One request layer for `generate` and `Engine` (and the server over it): the token ids a prompt becomes, the rule
+that ends a sample, and the `Completion` a request returns.
+
+Both paths call these same functions, so the same prompt and `SamplingParams` are refused with the same words and
+end for the same reason:
+
+    ids = prompt_token_ids("小明", tokenizer, "prompt", vocab_size=473, context=256)
+    finish_reason(params, token, output_ids, len(ids) + len(output_ids), eos_ids, 256, tokenizer.decode)
+
+Taught in: chapters/07c-serving.ipynb
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decodelab.decoding.detokenize import truncate_at_stop
+from decodelab.sampling.params import SamplingParams
+from decodelab.models.tokenizer import encode_prompt
+from decodelab.validation import ParamError
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability under the model (raw logits, before temperature or truncation, as vLLM
+    reports them by default) and the `params.logprobs` most likely tokens with theirs, most likely first."""
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request. `token_ids` are the generated tokens only (a stop or EOS token included); `text` is
+    their text (special tokens skipped; None without a tokenizer), ending before the first stop string if one was
+    hit; `finish_reason` is "stop" (EOS, a stop token or stop string) or "length" (max_tokens or the context).
+
+    For n > 1, `token_ids`, `text`, `finish_reason` and `logprobs` are sample 0's and `samples` holds all n samples
+    (each a Completion with empty `samples`); for n = 1, `samples` is empty. `logprobs` has one entry per token when
+    the request asked for them (`SamplingParams.logprobs`), else None. `request_id` is the engine's id, or the
+    prompt's index in a `generate` call.
+    """
+    request_id: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str | None
+    finish_reason: str
+    samples: tuple[Completion, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
+    """A prompt longer than the model's context is refused (ParamError naming `name`), in the engine's words."""
+    if context is not None and prompt_len > context:
+        raise ParamError(name, f"{name} has {prompt_len} tokens, longer than the model's context of {context}")
+
+
+def check_vocabulary_ids(params: SamplingParams, vocab_size: int, name: str) -> None:
+    """The token ids a request names besides its prompt (`stop_token_ids`, `logit_bias`) must be in the vocabulary:
+    refused when the request is made (ParamError naming the field), not in the middle of a batch."""
+    for field, ids in (("stop_token_ids", list(params.stop_token_ids)),
+                       ("logit_bias", [token for token, _ in params.logit_bias])):
+        outside = [t for t in ids if t >= vocab_size]
+        if outside:
+            raise ParamError(field, f"{field} for {name} must be < the vocabulary size {vocab_size}, got {outside}")
+
+
+def prompt_token_ids(prompt, tokenizer, name: str, vocab_size: int | None = None,
+                     context: int | None = None) -> list[int]:
+    """The token ids of one prompt (a string, or token ids as a list or 1-d tensor), checked: a string needs a
+    tokenizer and only characters it knows; ids are ints in [0, vocab_size); at least one token, at most `context`.
+    Errors are ParamError (a ValueError) naming `name`, or TypeError for a value of the wrong type."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise TypeError(f"{name} is text but there is no tokenizer; pass token ids, or a tokenizer")
+        prompt = encode_prompt(tokenizer, prompt, name)
+    if isinstance(prompt, torch.Tensor) and prompt.dim() == 1:
+        prompt = prompt.tolist()
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        raise TypeError(f"{name} must be a string or a list of token ids, got {prompt!r}")
+    if not prompt:
+        raise ParamError(name, f"{name} must hold at least one token, got an empty prompt")
+    if min(prompt) < 0 or (vocab_size is not None and max(prompt) >= vocab_size):
+        raise ParamError(name, f"{name} token ids must be in [0, {vocab_size}), got {min(prompt)}..{max(prompt)}")
+    check_prompt_fits(len(prompt), context, name)
+    return list(prompt)
+
+
+def eos_token_ids(model, tokenizer=None) -> set[int]:
+    """The ids that end a sample: the model's generation config, else its config, else the tokenizer's EOS."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(t) for t in eos}
+
+
+def finish_reason(params: SamplingParams, token: int, output_ids: Sequence[int], num_tokens: int,
+                  eos_ids: set[int], context: int | None, decode: Callable[[list[int]], str] | None) -> str | None:
+    """Why a sample ends with `token` (the last of `output_ids`; prompt + output is `num_tokens` long), or None:
+    "stop" for EOS (unless `ignore_eos`), a stop token, or a stop string in the decoded output (`decode` turns ids
+    into text; stop strings need it); "length" for `max_tokens` or a full context."""
+    if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
+        return "stop"
+    if params.stop and decode is not None and truncate_at_stop(decode(list(output_ids)), params.stop)[1]:
+        return "stop"
+    if len(output_ids) >= params.max_tokens or (context is not None and num_tokens >= context):
+        return "length"
+    return None
+
+
+def text_decoder(tokenizer) -> Callable[[list[int]], str] | None:
+    """Token ids -> text with special tokens skipped, or None without a tokenizer."""
+    if tokenizer is None:
+        return None
+    return lambda token_ids: tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+def output_text(token_ids: list[int], params: SamplingParams, decode: Callable[[list[int]], str] | None) -> str | None:
+    """The text of an output: decoded with special tokens skipped, and cut before the first stop string."""
+    if decode is None:
+        return None
+    text = decode(token_ids)
+    return truncate_at_stop(text, params.stop)[0] if params.stop else text

@@ -1,0 +1,227 @@
+"""A minimal Llama-family forward (RMSNorm, RoPE, grouped-query attention, SwiGLU) over the paged KV cache.
+
+It reads the weights of a transformers `LlamaForCausalLM` or `Qwen2ForCausalLM` (Qwen2 adds q/k/v biases)
+and runs any mix of prefill and decode tokens in one call: the tokens of all sequences are laid out flat ([T]),
+each with its position and its slot in the pool.
+
+Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from decodelab.runner import triton_attention
+from decodelab.runner.attention import paged_attention, visible_keys, write_kv
+from decodelab.kv.contiguous_cache import model_kv_shape
+
+ATTENTION_BACKENDS = ("torch", "triton")
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Where this step's T flat tokens of B sequences go. Build it with `StepBatch.build`."""
+    input_ids: torch.Tensor        # [T] long
+    positions: torch.Tensor        # [T] long, position of each token in its sequence
+    slot_mapping: torch.Tensor     # [T] long, slot = block_id × block_size + offset
+    query_index: torch.Tensor      # [B, Q] long, flat index of each sequence's q-th new token (0 for padding)
+    query_valid: torch.Tensor      # [B, Q] bool, False for padding
+    query_positions: torch.Tensor  # [B, Q] long
+    block_tables: torch.Tensor     # [B, max_blocks] long, padded with 0
+    context_lens: torch.Tensor     # [B] long
+    last_index: torch.Tensor       # [B] long, flat index of each sequence's last token (its logits are sampled)
+
+    @staticmethod
+    def build(runs: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
+              device: torch.device | str = "cpu") -> StepBatch:
+        """runs: one (new_token_ids, start_position, slots_of_new_tokens, block_ids) per sequence."""
+        if not runs:
+            raise ValueError("runs must name at least one sequence, got an empty list")
+        num_queries = max(len(tokens) for tokens, *_ in runs)
+        max_blocks = max(len(blocks) for *_, blocks in runs)
+        input_ids, positions, slots, last = [], [], [], []
+        query_index, query_valid, query_positions, tables, context_lens = [], [], [], [], []
+        for tokens, start, token_slots, blocks in runs:
+            if not tokens or len(token_slots) != len(tokens):
+                raise ValueError(f"each run needs >= 1 token and one slot per token, got {len(tokens)} tokens "
+                                 f"and {len(token_slots)} slots")
+            first = len(input_ids)
+            pad = num_queries - len(tokens)
+            input_ids += tokens
+            positions += range(start, start + len(tokens))
+            slots += token_slots
+            last.append(len(input_ids) - 1)
+            query_index.append(list(range(first, first + len(tokens))) + [0] * pad)
+            query_valid.append([True] * len(tokens) + [False] * pad)
+            query_positions.append(list(range(start, start + len(tokens))) + [0] * pad)
+            tables.append(list(blocks) + [0] * (max_blocks - len(blocks)))
+            context_lens.append(start + len(tokens))
+
+        def as_tensor(values: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return StepBatch(as_tensor(input_ids), as_tensor(positions), as_tensor(slots), as_tensor(query_index),
+                         as_tensor(query_valid, torch.bool), as_tensor(query_positions), as_tensor(tables),
+                         as_tensor(context_lens), as_tensor(last))
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _fused(*layers) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for several linear layers that read the same input: one matmul instead of several."""
+    weight = torch.cat([layer.weight.detach() for layer in layers])                 # [sum of outputs, in]
+    if all(layer.bias is None for layer in layers):
+        return weight, None
+    return weight, torch.cat([layer.bias.detach() if layer.bias is not None
+                              else weight.new_zeros(layer.weight.shape[0]) for layer in layers])
+
+
+@dataclass(frozen=True)
+class _Layer:
+    input_norm: torch.Tensor       # [hidden]
+    qkv: tuple                     # weight [(H + 2 KVH) * D, hidden], bias or None (Qwen2 has biases)
+    out: tuple                     # weight [hidden, H * D], bias or None
+    post_norm: torch.Tensor        # [hidden]
+    gate_up: tuple                 # weight [2 * intermediate, hidden], bias or None
+    down: tuple                    # weight [hidden, intermediate], bias or None
+
+
+class PagedLlama:
+    """Llama/Qwen2 forward over a paged KV cache, built from the weights of a transformers model.
+
+    Norms, output projections and embeddings are shared with the transformers model; q/k/v and gate/up are
+    concatenated once into fused copies (one matmul each), so later changes to the transformers weights are not seen.
+    attention="torch" gathers blocks and calls the torch reference; "triton" runs decode steps with the Triton
+    kernel of `decodelab.runner.triton_attention`, which reads the blocks in place (prefill steps keep the reference).
+
+    Example:
+        runner = PagedLlama(hf_model)
+        kv = runner.allocate_kv_cache(num_blocks=64, block_size=16)  # [layers, 2, 64, 16, kv_heads, head_dim]
+        logits = runner.forward(StepBatch.build([(prompt_ids, 0, slots, block_ids)]), kv)  # [1, V]
+    Taught in: chapters/07-paged-attention.ipynb
+    """
+
+    def __init__(self, hf_model, attention: str = "torch") -> None:
+        config = getattr(hf_model, "config", None)
+        if config is None or not hasattr(hf_model, "model") or not hasattr(hf_model.model, "layers"):
+            raise TypeError(f"hf_model must be a transformers LlamaForCausalLM-like model, got {type(hf_model).__name__}")
+        if getattr(config, "model_type", "") not in ("llama", "qwen2"):
+            raise ValueError(f"hf_model's model_type must be llama or qwen2, got {config.model_type!r}")
+        if getattr(config, "use_sliding_window", False):
+            raise ValueError("hf_model uses sliding-window attention, which this forward does not implement")
+        self.config = config
+        self.num_layers, self.num_kv_heads, self.head_dim = model_kv_shape(config)
+        self.num_heads = config.num_attention_heads
+        self.eps = config.rms_norm_eps
+        self.max_model_len = config.max_position_embeddings
+        self.vocab_size = config.vocab_size
+        self.embed = hf_model.model.embed_tokens.weight      # [V, hidden]
+        self.layers = [_Layer(layer.input_layernorm.weight, _fused(attn.q_proj, attn.k_proj, attn.v_proj),
+                              (attn.o_proj.weight, attn.o_proj.bias), layer.post_attention_layernorm.weight,
+                              _fused(layer.mlp.gate_proj, layer.mlp.up_proj),
+                              (layer.mlp.down_proj.weight, layer.mlp.down_proj.bias))
+                       for layer in hf_model.model.layers for attn in [layer.self_attn]]
+        self.final_norm = hf_model.model.norm.weight         # [hidden]
+        self.lm_head = hf_model.get_output_embeddings()
+        self.device = self.embed.device
+        self.dtype = self.embed.dtype
+        self.inv_freq, self.rope_scale = self._rope_frequencies(hf_model)
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
+        reason = triton_attention.unavailable_reason(self.device) if attention == "triton" else None
+        if reason is not None:
+            raise ValueError(f"attention='triton' cannot run here: {reason}")
+        self.attention = attention
+
+    def _rope_frequencies(self, hf_model) -> tuple[torch.Tensor, float]:
+        rope = getattr(self.config, "rope_parameters", None) or {}
+        rope_type = rope.get("rope_type", "default")
+        if rope_type == "default":
+            theta = rope.get("rope_theta", getattr(self.config, "rope_theta", 10000.0))
+            exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=self.device) / self.head_dim
+            return 1.0 / (theta ** exponents), 1.0  # [head_dim / 2]
+        # Scaled variants (Llama-3 "llama3", "yarn", ...) reuse the frequencies transformers computed.
+        rotary = hf_model.model.rotary_emb
+        return rotary.inv_freq.float(), float(rotary.attention_scaling)
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
+        """Zeros of shape [num_layers, 2 (K, V), num_blocks, block_size, kv_heads, head_dim]."""
+        return torch.zeros(self.num_layers, 2, num_blocks, block_size, self.num_kv_heads, self.head_dim,
+                           dtype=self.dtype, device=self.device)
+
+    @torch.inference_mode()
+    def run(self, plan, kv_cache: torch.Tensor, drafts: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+        """One engine step's model work for a `decodelab.engine.scheduler.Schedule`: the plan's copy-on-write block copies,
+        then one forward over its runs. Returns float32 logits `[len(plan.runs), V]`, one row per run.
+
+        With `drafts` (a speculative decode step: one list per run, at most its `num_lookahead` tokens), each run
+        feeds its token and then its drafts, into the draft slots its table holds, and the logits of every fed token
+        come back, run after run: `[sum(1 + len(d) for d in drafts), V]`."""
+        for src, dst in plan.copies:
+            kv_cache[:, :, dst] = kv_cache[:, :, src]
+        if drafts is None:
+            runs = [(run.token_ids, run.start, run.slots, run.seq.table.block_ids) for run in plan.runs]
+            return self.forward(StepBatch.build(runs, self.device), kv_cache)
+        runs = []
+        for run, extra in zip(plan.runs, drafts, strict=True):
+            first = run.start + len(run.token_ids)            # position of the first draft
+            slots = run.slots + [run.seq.table.slot(first + i) for i in range(len(extra))]
+            runs.append((run.token_ids + list(extra), run.start, slots, run.seq.table.block_ids))
+        return self.forward(StepBatch.build(runs, self.device), kv_cache, all_logits=True)
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+        """Run the step's tokens, writing their K/V; return float32 logits of each sequence's last token [B, V]
+        (or of every token [T, V] when `all_logits`)."""
+        freqs = batch.positions[:, None].float() * self.inv_freq[None, :]        # [T, head_dim / 2]
+        angles = torch.cat((freqs, freqs), dim=-1)                                 # [T, head_dim]
+        cos = (angles.cos() * self.rope_scale).to(self.dtype)[:, None, :]          # [T, 1, head_dim]
+        sin = (angles.sin() * self.rope_scale).to(self.dtype)[:, None, :]
+        hidden = F.embedding(batch.input_ids, self.embed)                          # [T, hidden]
+        num_tokens = hidden.shape[0]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        kernel_decode = self.attention == "triton" and batch.query_index.shape[1] == 1  # one new token per sequence
+        if not kernel_decode:
+            visible = visible_keys(batch.context_lens, batch.query_positions,
+                                   batch.block_tables.shape[1] * kv_cache.shape[3])  # [B, Q, K], same in every layer
+            # as an additive mask (0 or -inf) once, so attention does not convert the boolean mask in every layer
+            visible = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(~visible, -torch.inf)
+        for index, layer in enumerate(self.layers):
+            x = _rms_norm(hidden, layer.input_norm, self.eps)
+            q, k, v = F.linear(x, *layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
+            q = q.view(num_tokens, self.num_heads, self.head_dim)                  # [T, H, D]
+            k = k.view(num_tokens, self.num_kv_heads, self.head_dim)               # [T, KVH, D]
+            v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            key_cache, value_cache = kv_cache[index, 0], kv_cache[index, 1]        # [num_blocks, block_size, KVH, D]
+            write_kv(key_cache, value_cache, batch.slot_mapping, k, v)
+            if kernel_decode:                                                      # T = B: token b is sequence b's
+                out = triton_attention.paged_decode_attention(q, key_cache, value_cache, batch.block_tables,
+                                                              batch.context_lens, check_lengths=False)  # [B, H, D]
+            else:
+                out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
+                                      batch.context_lens, batch.query_positions, visible=visible)  # [B, Q, H, D]
+                out = out[batch.query_valid]                                       # [T, H, D]
+            out = out.reshape(num_tokens, q_size)                                  # [T, H * D]
+            hidden = hidden + F.linear(out, *layer.out)
+            x = _rms_norm(hidden, layer.post_norm, self.eps)
+            gate, up = F.linear(x, *layer.gate_up).chunk(2, dim=-1)                # [T, intermediate] each
+            hidden = hidden + F.linear(F.silu(gate) * up, *layer.down)
+        if not all_logits:
+            hidden = hidden[batch.last_index]                                      # [B, hidden]
+        hidden = _rms_norm(hidden, self.final_norm, self.eps)
+        return self.lm_head(hidden).float()                                        # [B, V] or [T, V]

@@ -1,0 +1,239 @@
+"""Per-request sampling parameters, logits processing and batched sampling: params -> processors -> draw.
+
+One batch, one `SamplingParams` per row, as a serving engine (vLLM) does it: greedy and random requests share a batch,
+every row has its own temperature, top-k, top-p, min-p, typical-p, penalties, no-repeat-n-gram size and seed, and the
+maths is vectorised over rows. A call reads top to bottom:
+
+1. the rows' parameters as tensors (`decodelab.sampling.batch.SamplingBatch`, which an engine builds once per batch);
+2. `logit_bias`, the penalties and the n-gram ban over the whole row (`decodelab.sampling.penalties`);
+3. argmax rows take their argmax;
+4. the other rows, in groups, through the processors in transformers' order: temperature, top-k, top-p, min-p,
+   typical (`decodelab.sampling.processors`; temperature happens there and only there);
+5. one draw per row.
+
+`method="fast"` routes rows through the performance code of `decodelab.sampling.ops.fast_paths` (top-k candidates found in one
+pass, top-p alone drawn by rejection); `method="sort"` is the reference. Both are exact.
+
+    >>> logits = torch.randn(2, 100)
+    >>> params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, top_p=0.9, seed=1)]
+    >>> tokens = sample(logits, params)          # LongTensor [2]
+
+Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from decodelab.sampling.ops import fast_paths
+from decodelab.sampling.params import SamplingParams, is_int
+from decodelab.sampling.penalties import add_logit_bias, apply_penalties
+from decodelab.sampling.processors import RowGroup, apply_processors
+from decodelab.sampling.batch import SamplingBatch, as_batch
+from decodelab.sampling.ops.topk import chunk_maxima
+from decodelab.sampling.truncation import NEG_INF, take_rows
+from decodelab.validation import check_int
+
+_MASK64 = (1 << 64) - 1
+
+
+def sample_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample `index` of a request seeded with `seed` (n > 1, or one row per sample).
+
+    Sample 0 keeps `seed`, so a request with n = 1 draws what `generate` draws with the same seed; later samples get a
+    SplitMix64 mix of (seed, index), so neighbouring seeds never share a stream (with `seed + index`, seed 0's sample 1
+    was seed 1's sample 0).
+
+    >>> sample_seed(7, 0), sample_seed(0, 1) == sample_seed(1, 0), sample_seed(None, 3)
+    (7, False, None)
+    """
+    check_int(index, "index", low=0)
+    if seed is None or index == 0:
+        return seed
+    x = (seed + index * 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A generator seeded with `seed` on `device`, or None for an unseeded request.
+
+    An engine makes one per seeded request and passes it to every `sample` call of that request, so the request's
+    noise comes from its own stream whatever else shares the batch.
+    """
+    if seed is None:
+        return None
+    if not (is_int(seed) and 0 <= seed < 2**63):
+        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
+    generator = torch.Generator(device=torch.device(device))
+    generator.manual_seed(seed)
+    return generator
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dim() != 2 or logits.shape[0] < 1 or logits.shape[1] < 1:
+        raise ValueError(f"logits must have shape [B, V] with B, V >= 1, got {tuple(logits.shape)}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
+
+
+def _check_rows(maxima: torch.Tensor) -> None:
+    """`maxima` `[B, ...]`: the logits or their chunk maxima. One host synchronisation per call (not per row): every
+    row needs no NaN or +inf and one finite value."""
+    row_max = maxima.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
+    bad = ~torch.isfinite(row_max)
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
+
+
+def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str):
+    """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters, the penalised logits `[B, V]`
+    (float32, or float64 for float64 input; the input is never modified) and, on the fast path, their chunk maxima."""
+    _check_logits(logits)
+    if method not in fast_paths.METHODS:
+        raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
+    batch = as_batch(params, logits.shape[0], logits.device)
+    x = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)  # [B, V]
+    x = add_logit_bias(x, batch)  # OpenAI's logit_bias, first (vLLM's order), for argmax rows too
+    if output_tokens is not None:
+        x = apply_penalties(x, batch, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
+    elif batch.has_penalties:
+        raise ValueError("output_tokens is None but some params ask for penalties; pass the tokens they see")
+    elif prompt_tokens is not None:
+        raise ValueError("prompt_tokens goes with output_tokens (empty lists before the first token); "
+                         "pass output_tokens too")
+    # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.sampling.ops.topk)
+    chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
+    _check_rows(x if chunk_max is None else chunk_max)
+    return batch, x, chunk_max
+
+
+def _groups(x: torch.Tensor, batch: SamplingBatch, routes: fast_paths.Routes,
+            chunk_max: torch.Tensor | None) -> list[RowGroup]:
+    """Step 4: the random rows of the processor routes, each group through the processors."""
+    groups = []
+    if routes.top_k:
+        groups.append(fast_paths.top_k_candidates(x, list(routes.top_k), batch, chunk_max))
+    if routes.dense:
+        groups.append(RowGroup.dense(list(routes.dense), take_rows(x, list(routes.dense))))
+    return [apply_processors(group, batch) for group in groups]
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams] | SamplingBatch,
+                   output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
+                   method: str = "fast",
+                   prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    """Apply each row's parameters to `logits` `[B, V]` and return new logits `[B, V]` (float32, or float64 for
+    float64 input) in which removed tokens are -inf; softmax of the result is the distribution `sample` draws from.
+
+    `params` is one `SamplingParams` for every row, one per row, or a `SamplingBatch`. `output_tokens` (`[B, T]`
+    LongTensor with negative padding, or B lists of ids) are the tokens generated so far, required when a row sets a
+    penalty; `prompt_tokens`, in the same form, the prompt. What each penalty sees is transformers' and vLLM's rule
+    (`decodelab.sampling.penalties`): repetition and the n-gram ban see prompt + output, frequency and presence the output only.
+    A greedy row (temperature 0, or top_k = 1) keeps only its argmax after penalties (top-k/top-p/min-p/typical do
+    not apply to it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the
+    token greedy decoding picks, the lowest id among tied maxima. `method` is "fast" or "sort" (the reference); both
+    are exact.
+
+    Taught in: chapters/03-strategies.ipynb
+    """
+    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method)
+    out = torch.full_like(x, NEG_INF)  # [B, V]
+    for group in _groups(x, batch, fast_paths.routes(batch, method, sampling=False), chunk_max):
+        out.index_copy_(0, torch.tensor(group.rows, device=x.device), group.to_vocabulary(x.shape[1]))
+    if batch.argmax_rows:
+        rows = list(batch.argmax_rows)
+        greedy_x = take_rows(x, rows)  # [G, V]
+        best = greedy_x.argmax(dim=-1, keepdim=True)  # [G, 1]
+        out.index_copy_(0, torch.tensor(rows, device=x.device),
+                        torch.full_like(greedy_x, NEG_INF).scatter(1, best, greedy_x.gather(1, best)))
+    return out
+
+
+def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams] | SamplingBatch,
+           generators: Sequence[torch.Generator | None] | None = None,
+           output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
+           method: str = "fast",
+           prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `params`, `output_tokens` and `prompt_tokens` as in
+    `process_logits`.
+
+    Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
+    which picks token i with probability p_i (vLLM's and gpt-fast's trick: no cumulative sum, no host sync per row).
+    With `method="fast"`, rows with top-p alone (no top-k, min-p or typical) sample their nucleus by rejection with a
+    rising pivot (`decodelab.sampling.ops.rejection`), without finding the nucleus first; their draws differ from the sort path's
+    for the same seed, their distribution does not.
+    A row whose `generators[i]` is a `torch.Generator` draws its noise from it alone, so a seeded request gets the same
+    tokens whatever else shares its batch; pass the same generator (from `make_generator`) at every step. A row with
+    `params.seed` set but no generator gets a fresh generator from that seed for this call only (reproducible for one
+    call; across steps it would repeat its noise, so engines should pass generators). Other rows use torch's global RNG.
+
+    Taught in: chapters/03-strategies.ipynb
+    """
+    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method)
+    generators = _generators(generators, batch, x.device)
+    tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
+    if batch.argmax_rows:
+        rows = list(batch.argmax_rows)
+        tokens[torch.tensor(rows, device=x.device)] = take_rows(x, rows).argmax(dim=-1)
+    routes = fast_paths.routes(batch, method, sampling=True)
+    groups = _groups(x, batch, routes, chunk_max)
+    if routes.rejection:
+        drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators, chunk_max)
+        tokens[torch.tensor(routes.rejection, device=x.device)] = drawn
+        if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
+            groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
+    for group in groups:
+        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators)
+    return tokens
+
+
+def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[torch.Generator | None]:
+    """One generator or None per row; a seeded row without one gets a fresh generator from its seed."""
+    size = len(batch)
+    if generators is None:
+        generators = [None] * size
+    elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != size:
+        raise ValueError(f"generators must be a sequence of {size} torch.Generator or None, got {generators!r:.200}")
+    generators = list(generators)
+    for i, g in enumerate(generators):
+        if g is not None and not isinstance(g, torch.Generator):
+            raise TypeError(f"generators[{i}] must be a torch.Generator or None, got {type(g).__name__}")
+        if g is not None and g.device.type != device.type:
+            raise ValueError(f"generators[{i}] is on {g.device}, logits are on {device}")
+        if g is None and batch.params[i].seed is not None:
+            generators[i] = make_generator(batch.params[i].seed, device)
+    return generators
+
+
+def _draw(group: RowGroup, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Step 5: one token per row of `group`, `argmax(p / E)` with `E ~ Exponential(1)`, `[n]`."""
+    probs = torch.softmax(group.logits, dim=-1)  # [n, K]
+    noise = _exponential_noise(probs, [generators[i] for i in group.rows], group.widths)
+    column = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
+    chosen = column if group.token_ids is None else group.token_ids.gather(1, column)
+    return chosen.squeeze(1)
+
+
+def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
+    """Exponential(1) noise shaped like `probs` `[n, K]`; a seeded row draws only its own `widths[j]` columns from its
+    generator, so the draw does not depend on the other rows of the block."""
+    noise = torch.empty_like(probs)
+    if any(g is None for g in generators):
+        noise.exponential_()
+    width = probs.shape[1]
+    rows = noise.unbind(0) if any(g is not None for g in generators) else ()  # one view per row, made at once
+    for j, g in enumerate(generators):
+        if g is None:
+            continue
+        if widths[j] == width:  # a dense row: no slicing, no tail (each costs a few microseconds per row)
+            rows[j].exponential_(generator=g)
+        else:
+            rows[j][: widths[j]].exponential_(generator=g)
+            rows[j][widths[j]:] = 1.0  # these columns hold probability 0
+    return noise.clamp_min_(torch.finfo(probs.dtype).tiny)  # 0 / tiny = 0: a removed token is never picked

@@ -1,0 +1,449 @@
+"""The exercise checks of chapters 03 and 04 accept a right answer and name the mistake in a wrong one."""
+import re
+
+import pytest
+import torch
+
+from decodelab.book.checks import CheckFailed
+from decodelab.book.checks.ch03 import check_top_k, check_top_p
+from decodelab.sampling.sampler import SamplingParams, process_logits
+
+NEG_INF = float("-inf")
+
+
+def _raises_hint(check, fn, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check(fn)
+    assert "通过" not in capsys.readouterr().out
+
+
+# ---- chapter 03: top-p -----------------------------------------------------------------------------------------
+
+def _nucleus(logits, top_p, mass_rule, descending=True, scatter_back=True):
+    probs = logits.softmax(-1)
+    sorted_probs, index = probs.sort(-1, descending=descending)
+    keep_sorted = mass_rule(sorted_probs) < top_p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, index, keep_sorted) if scatter_back else keep_sorted
+    return logits.masked_fill(~keep, NEG_INF)
+
+
+def top_p_right(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1) - s)
+
+
+def top_p_drops_crossing(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1))
+
+
+def top_p_ascending(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1) - s, descending=False)
+
+
+def top_p_no_scatter(logits, top_p):
+    return _nucleus(logits, top_p, lambda s: s.cumsum(-1) - s, scatter_back=False)
+
+
+def top_p_unsorted(logits, top_p):
+    probs = logits.softmax(-1)
+    return logits.masked_fill(probs.cumsum(-1) - probs >= top_p, NEG_INF)
+
+
+def top_p_returns_probs(logits, top_p):
+    filtered = top_p_right(logits, top_p).softmax(-1)
+    return filtered
+
+
+@pytest.mark.parametrize("fn", [
+    top_p_right,
+    lambda x, p: process_logits(x, SamplingParams(top_p=p)),
+    lambda x, p: torch.log_softmax(top_p_right(x, p), dim=-1),  # a constant shift per row is the same distribution
+])
+def test_top_p_accepts_right_answers(fn, capsys):
+    check_top_p(fn)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (top_p_drops_crossing, "越过 p 的那个 token 被你删掉了"),
+    (top_p_ascending, "你保留的是最不可能的那些 token"),
+    (top_p_no_scatter, "你把排好序的结果直接返回了"),
+    (top_p_unsorted, "你在词表原来的顺序上做了 cumsum"),
+    (top_p_returns_probs, "你返回的像是概率"),
+])
+def test_top_p_names_the_mistake(fn, hint, capsys):
+    _raises_hint(check_top_p, fn, hint, capsys)
+
+
+# ---- chapter 03: top-k -----------------------------------------------------------------------------------------
+
+def top_k_right(logits, k):
+    kth = logits.topk(k, dim=-1).values[:, -1:]  # [B, 1]
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_k_no_keepdim(logits, k):  # LLMs-from-scratch's bug: fine for one row, wrong for a batch
+    kth = logits.topk(k, dim=-1).values[:, -1]  # [B]
+    return torch.where(logits < kth, NEG_INF, logits)
+
+
+def top_k_off_by_one(logits, k):
+    kth = logits.sort(-1, descending=True).values[:, min(k, logits.shape[-1] - 1)].unsqueeze(-1)
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_k_strict(logits, k):
+    kth = logits.topk(k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits <= kth, NEG_INF)
+
+
+def top_k_smallest(logits, k):
+    kth = logits.topk(k, dim=-1, largest=False).values[:, -1:]
+    return logits.masked_fill(logits > kth, NEG_INF)
+
+
+def top_k_global(logits, k):
+    return logits.masked_fill(logits < logits.flatten().topk(k).values[-1], NEG_INF)
+
+
+def top_k_zeros(logits, k):
+    kth = logits.topk(k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits < kth, 0.0)
+
+
+@pytest.mark.parametrize("fn", [top_k_right, lambda x, k: process_logits(x, SamplingParams(top_k=k))])
+def test_top_k_accepts_right_answers(fn, capsys):
+    check_top_k(fn)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (top_k_no_keepdim, "keepdim=True"),  # [3, 7] vs [3]: the shape error, turned into a hint by call_student
+    (top_k_off_by_one, "保留了 k+1"),
+    (top_k_strict, "只保留了 k-1"),
+    (top_k_smallest, "你保留的是 logits 最小的 k 个 token"),
+    (top_k_global, "你用了整个 batch 的第 k 大值"),
+    (top_k_zeros, "要设为 -inf（不是 0）"),
+])
+def test_top_k_names_the_mistake(fn, hint, capsys):
+    _raises_hint(check_top_k, fn, hint, capsys)
+
+
+def top_k_no_keepdim_broadcasts(logits, k):
+    """Without keepdim, but with `torch.where` so that [B] broadcasts: only a square batch reveals it."""
+    if logits.shape[0] != logits.shape[1]:
+        return top_k_right(logits, k)
+    return top_k_no_keepdim(logits, k)
+
+
+def test_top_k_without_keepdim_on_a_square_batch_is_named(capsys):
+    _raises_hint(check_top_k, top_k_no_keepdim_broadcasts, "B == V 时不会报错却用错了行", capsys)
+
+
+# ---- chapter 04: sequence log-probability ----------------------------------------------------------------------
+
+from decodelab.book.checks.ch04 import check_greedy_with_cache, check_sequence_log_prob  # noqa: E402
+from decodelab.decoding.generate import model_step  # noqa: E402
+
+
+def seq_right(logits, ids):
+    log_probs = torch.log_softmax(logits[:, :-1], dim=-1)  # [B, L - 1, V]
+    return log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_product(logits, ids):
+    probs = torch.softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return probs.prod(-1).log()
+
+
+def seq_no_shift(logits, ids):
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_mean(logits, ids):
+    return seq_right(logits, ids) / (ids.shape[1] - 1)
+
+
+def seq_raw_logits(logits, ids):
+    return logits[:, :-1].gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_wrong_dim(logits, ids):
+    return torch.log_softmax(logits, dim=1)[:, :-1].gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def seq_keepdim(logits, ids):
+    return seq_right(logits, ids).unsqueeze(-1)
+
+
+def test_sequence_log_prob_accepts_the_right_answer(capsys):
+    check_sequence_log_prob(seq_right)
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (seq_product, "在 log 空间里求和"),
+    (seq_no_shift, "错位了"),
+    (seq_mean, "你求的是平均每个 token 的 log 概率"),
+    (seq_raw_logits, "你直接把 logits 加起来了"),
+    (seq_wrong_dim, "log_softmax 的维度不对"),
+    (lambda x, i: -seq_right(x, i), "符号反了"),
+    (seq_keepdim, "输出形状应为 [2]"),
+])
+def test_sequence_log_prob_names_the_mistake(fn, hint, capsys):
+    _raises_hint(check_sequence_log_prob, fn, hint, capsys)
+
+
+# ---- chapter 04: the greedy loop over a KV cache ---------------------------------------------------------------
+
+def greedy_right(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)  # prefill
+    ids = input_ids
+    for step in range(max_new_tokens):
+        next_token = logits[:, -1, :].argmax(dim=-1, keepdim=True)  # [B, 1]
+        ids = torch.cat([ids, next_token], dim=1)
+        if step + 1 < max_new_tokens:
+            logits, cache = model_step(model, next_token, cache)
+    return ids
+
+
+def greedy_no_cache(model, input_ids, max_new_tokens):
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        logits, _ = model_step(model, ids)
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+def greedy_refeeds_everything(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        logits, cache = model_step(model, ids, cache)
+    return ids
+
+
+def greedy_first_position(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        next_token = logits[:, 0].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, next_token], dim=1)
+        logits, cache = model_step(model, next_token, cache)
+    return ids
+
+
+def greedy_feeds_stale_token(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids, fed = input_ids, input_ids[:, -1:]
+    for _ in range(max_new_tokens):
+        next_token = logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, next_token], dim=1)
+        logits, cache = model_step(model, fed, cache)  # keeps feeding the prompt's last token
+    return ids
+
+
+def greedy_no_keepdim(model, input_ids, max_new_tokens):
+    logits, cache = model_step(model, input_ids)
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        next_token = logits[:, -1].argmax(-1)  # [B]
+        ids = torch.cat([ids, next_token], dim=1)
+        logits, cache = model_step(model, next_token, cache)
+    return ids
+
+
+def greedy_new_only(model, input_ids, max_new_tokens):
+    return greedy_right(model, input_ids, max_new_tokens)[:, input_ids.shape[1]:]
+
+
+PROMPTS = torch.tensor([[1, 17, 42, 99, 5], [1, 250, 3, 64, 128]])  # [2, 5] for random_llama (vocab 300)
+
+
+def test_greedy_with_cache_accepts_the_right_answer(random_llama, capsys):
+    check_greedy_with_cache(greedy_right, random_llama, PROMPTS)
+    assert "1 次 prefill（5 个 token）" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (greedy_no_cache, "没有用 KV cache"),
+    (greedy_refeeds_everything, "每一步只送入刚选出的那一个 token"),
+    (greedy_first_position, "取最后一个位置的 logits"),
+    (greedy_feeds_stale_token, "第一个新 token 对了，后面的不对"),
+    (greedy_no_keepdim, "keepdim=True"),
+    (greedy_new_only, "你只返回了新生成的"),
+])
+def test_greedy_with_cache_names_the_mistake(random_llama, fn, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_greedy_with_cache(fn, random_llama, PROMPTS)
+    assert "通过" not in capsys.readouterr().out
+
+
+def test_greedy_with_cache_on_the_shipped_model(capsys):
+    check_greedy_with_cache(greedy_right)
+    assert "通过" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="没有用 KV cache"):
+        check_greedy_with_cache(greedy_no_cache)
+
+
+def test_greedy_check_needs_prompts_with_a_model(random_llama):
+    with pytest.raises(ValueError, match="input_ids must be given with a model of your own, got None"):
+        check_greedy_with_cache(greedy_right, random_llama)
+
+
+# ---- chapter 03: the loop rate of top-k, measured ----------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from decodelab.book.checks.ch03 import check_loop_rate, loop_prompts  # noqa: E402
+from decodelab.decoding.generate import generate  # noqa: E402
+from decodelab.models.load import load_model  # noqa: E402
+from decodelab.measure.repetition import ending_loop  # noqa: E402
+from decodelab.toy.documents import DocumentLanguage  # noqa: E402
+
+LOOP_PROMPTS = 10  # a quick reference run: 10 continuations of at most 256 tokens
+
+
+@pytest.fixture(scope="module")
+def tiny_zh_doc():
+    torch.set_num_threads(1)
+    return load_model("tiny-zh-doc", device="cpu")
+
+
+def test_loop_prompts_are_the_first_two_sentences_of_documents():
+    docs = DocumentLanguage()
+    prompts = loop_prompts(4)
+    assert prompts == loop_prompts(6)[:4]
+    for prompt in prompts:
+        assert prompt.startswith("这是") and docs.prefix_is_viable(prompt)
+        assert len(docs.split_sentences(prompt)) == 2
+
+
+def test_loop_rate_check_accepts_the_measured_rate_and_a_range(tiny_zh_doc, capsys):
+    model, tokenizer = tiny_zh_doc
+    params = [SamplingParams(top_k=2, max_tokens=256, seed=i) for i in range(LOOP_PROMPTS)]
+    texts = [c.text for c in generate(model, tokenizer, loop_prompts(LOOP_PROMPTS), params)]
+    rate = sum(ending_loop(t) is not None for t in texts) / len(texts)
+    check_loop_rate(2, rate, num_prompts=LOOP_PROMPTS)
+    assert f"你的是 {rate:.2f}" in capsys.readouterr().out
+    nearby = rate + 0.1 if rate <= 0.5 else rate - 0.1  # other seeds give other rates: the check takes a range
+    check_loop_rate(np.int64(2), np.float64(nearby), num_prompts=LOOP_PROMPTS)
+    assert "通过" in capsys.readouterr().out
+
+
+def test_loop_rate_check_names_the_mistake(capsys):
+    with pytest.raises(CheckFailed, match="看起来像百分数"):
+        check_loop_rate(2, 17.0, num_prompts=LOOP_PROMPTS)
+    with pytest.raises(CheckFailed, match=r"k = 1 时参考循环率是 1\.00.*偏低.*tiny-zh-doc.*max_tokens=256"):
+        check_loop_rate(1, 0.0, num_prompts=LOOP_PROMPTS)  # greedy ends in a loop on every prompt
+    with pytest.raises(CheckFailed, match="和 greedy（k = 1）的 1.00 差不多.*temperature"):
+        check_loop_rate(torch.tensor(2), 1.0, num_prompts=LOOP_PROMPTS)
+    with pytest.raises(CheckFailed, match="还没有结果"):
+        check_loop_rate(2, None)
+    assert "通过" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("k", "rate", "error", "message"), [
+    (2.0, 0.1, TypeError, "k must be an int in [1, 100] (the top_k you measured with), got 2.0 of type float"),
+    (True, 0.1, TypeError, "k must be an int in [1, 100]"),
+    ("2", 0.1, TypeError, "got '2' of type str"),
+    (0, 0.1, ValueError, "k must be an int in [1, 100] (the top_k you measured with), got 0"),
+    (101, 0.1, ValueError, "got 101"),
+    (2, "0.1", TypeError, "rate must be a float in [0, 1] (the share of continuations that end in a loop), got '0.1'"),
+    (2, True, TypeError, "got True of type bool"),
+    (2, [0.1], TypeError, "got [0.1] of type list"),
+    (2, -0.1, ValueError, "rate must be a float in [0, 1] (the share of continuations that end in a loop), got -0.1"),
+    (2, 150.0, ValueError, "got 150.0"),
+    (2, float("nan"), ValueError, "got nan"),
+])
+def test_loop_rate_check_rejects_bad_inputs(k, rate, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        check_loop_rate(k, rate, num_prompts=LOOP_PROMPTS)
+
+
+# ---- chapter 04: the error rate after a forced wrong token (exercise 4.3) --------------------------------------
+
+from decodelab.book.checks.ch04 import check_later_error_rate  # noqa: E402
+from decodelab.measure.forced_token import DOCUMENT_SEED, continue_and_judge, forced_inputs  # noqa: E402
+from decodelab.models.load import load_model  # noqa: E402
+from decodelab.toy.sentences import ToyLanguage  # noqa: E402
+from decodelab.toy.documents import DocumentLanguage  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def snowball():
+    """A student's runs of exercise 4.3 as the exercise asks (100 documents, 50 tokens), at T = 1.5 and T = 1,
+    and at T = 1.5 with another seed."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, tokenizer = load_model("tiny-zh-doc", device="cpu")
+        inputs = forced_inputs(model, tokenizer, DocumentLanguage(), n=100, seed=DOCUMENT_SEED)
+        run = lambda forced, temperature, seed=0: continue_and_judge(  # noqa: E731
+            model, tokenizer, ToyLanguage(), inputs.prefixes, forced, temperature, max_tokens=50, seed=seed)
+        return {"T=1.5": {"clean": run(None, 1.5), "wrong": run(inputs.wrong, 1.5)},
+                "T=1": {"clean": run(None, 1.0), "wrong": run(inputs.wrong, 1.0)},
+                "other seed": {"clean": run(None, 1.5, seed=1000), "wrong": run(inputs.wrong, 1.5, seed=1000)}}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _count(judged, *verdicts):
+    return sum(j.statuses.count(v) for j in judged for v in verdicts)
+
+
+def later_error_rate(judged):
+    return _count(judged, "error") / _count(judged, "error", "ok")
+
+
+def rate_over_all_positions(judged):
+    return _count(judged, "error") / _count(judged, "error", "ok", "skip")
+
+
+def rate_skip_as_error(judged):
+    return _count(judged, "error", "skip") / _count(judged, "error", "ok", "skip")
+
+
+def share_of_texts_with_an_error(judged):
+    return sum("error" in j.statuses for j in judged) / len(judged)
+
+
+def mean_of_per_text_rates(judged):
+    return sum(j.statuses.count("error") / max(1, j.statuses.count("error") + j.statuses.count("ok"))
+               for j in judged) / len(judged)
+
+
+@pytest.mark.parametrize("run", ["T=1.5", "other seed"])
+def test_later_error_rate_accepts_a_measurement_with_any_seed(snowball, run, capsys):
+    check_later_error_rate(1.5, later_error_rate(snowball[run]["clean"]), later_error_rate(snowball[run]["wrong"]))
+    out = capsys.readouterr().out
+    assert "通过" in out and "T = 1.5" in out and "错字 − 对照的 95% 区间" in out
+
+
+@pytest.mark.parametrize(("measure", "hint"), [
+    (lambda judged: 100 * later_error_rate(judged), "像是百分数"),
+    (rate_over_all_positions, "你把 \"skip\" 的位置也算进了分母"),
+    (rate_skip_as_error, "你把 \"skip\" 当成了错误"),
+    (share_of_texts_with_an_error, "你算的是“有错的续写占多少”"),
+    (mean_of_per_text_rates, "你先算了每段续写自己的错误率，再取平均"),
+])
+def test_later_error_rate_names_the_mistake(snowball, measure, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_later_error_rate(1.5, measure(snowball["T=1.5"]["clean"]), measure(snowball["T=1.5"]["wrong"]))
+    assert "通过" not in capsys.readouterr().out
+
+
+def test_later_error_rate_notices_the_temperature_was_not_passed(snowball):
+    with pytest.raises(CheckFailed, match="正好像 T = 1 时的结果"):
+        check_later_error_rate(1.5, *(later_error_rate(snowball["T=1"][name]) for name in ("clean", "wrong")))
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    ((1.5, None, None), "还没有量"),
+    ((5, 0.01, 0.01), "TEMPERATURE 应是 0（greedy）到 3 之间的一个数"),
+    ((1.5, "0.02", 0.02), "clean_rate 应是一个数"),
+    ((1.5, 0.2, 0.2), "库在 T = 1.5 的同样 100 篇文档上量到"),
+])
+def test_later_error_rate_rejects_what_is_not_a_measurement(args, hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_later_error_rate(*args)

@@ -1,0 +1,162 @@
+"""The benchmarks still run and write their JSON (smoke runs with --quick). Their figures are not asserted here:
+speed is measured in the benchmarks, never in timed tests; only what does not depend on the machine is checked."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def run_benchmark(name: str, out: Path, *args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), "--quick", "--out", str(out), *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"wrote {out}" in done.stdout
+    return done.stdout
+
+
+def test_serving_benchmark_smoke(tmp_path):
+    out = tmp_path / "serving.json"
+    table = run_benchmark("serving.py", out, "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert result["model"] == "tiny-zh (shipped)" and result["quick"]
+    assert "KV utilization, paged engine (block 16)" in table
+    # machine-independent facts: utilization is a ratio of token counts, the outputs of the cached run are equal
+    assert result["prefix_caching"]["same_outputs"] is True
+    chat = result["chat_lengths"]
+    assert chat["max_model_len"] == 2048 and chat["mean_output_tokens"] > 200
+    assert chat["kv_utilization_reserve_max_len"] < chat["kv_utilization_paged"] <= 1.0
+    sizes = result["kv_utilization_by_block_size"]
+    assert sizes["4"] > sizes["8"] > sizes["16"], "a smaller block wastes fewer slots in each sequence's last block"
+    assert result["n4_sharing"]["peak_blocks_shared"] < result["n4_sharing"]["peak_blocks_separate"]
+    assert result["engine_overhead_wider_model"]["hidden"] == 256
+    for key, seeded in (("engine_overhead", True), ("engine_overhead_unseeded", False),
+                        ("engine_overhead_wider_model", True)):
+        overhead = result[key]
+        assert overhead["seeded"] is seeded
+        assert overhead["wall_over_forward"] > overhead["wall_over_forward_without_noise"] >= 1.0
+        assert 0.0 < overhead["shares"]["sample: noise"] < overhead["shares"]["sample"] < 1.0
+        assert overhead["overhead_us_per_step"] > 0 and 0.0 < overhead["shares"]["forward"] < 1.0
+    if "error" not in result["generate_batch"]:  # transformers' continuous batching, same limits, same workload
+        assert result["generate_batch"]["same_tokens"] is True
+
+
+def test_sampling_benchmark_smoke(tmp_path):
+    out = tmp_path / "sampling.json"
+    run_benchmark("sampling.py", out, "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert {(row["B"], row["V"]) for row in result["rows"]} == {(1, 32768), (64, 32768)}
+    assert all(row["fast_ms"] > 0 and row["fast_prebuilt_ms"] > 0 and row["transformers_ms"] > 0
+               for row in result["rows"])
+    assert {check["target"].split(":")[0] for check in result["targets"]} >= {"top-k+top-p"}
+    assert result["scaling"]["us_per_row_20000"] > 0 and any("quadratic" in c["target"] for c in result["targets"])
+
+
+def test_attention_benchmark_smoke(tmp_path):
+    out = tmp_path / "attention.json"
+    table = run_benchmark("attention.py", out, "--repeats", "3")
+    result = json.loads(out.read_text())
+    assert [(row["batch"], row["context"]) for row in result["rows"]] == [(4, 256)]
+    assert result["rows"][0]["reference_ms"] > 0
+    if result["device"] == "cpu":
+        assert "timed on CUDA only" in table and "triton_ms" not in result["rows"][0]
+
+
+@pytest.mark.parametrize("name", ["serving.py", "sampling.py", "attention.py"])
+def test_benchmark_refuses_cuda_without_a_gpu(name, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), "--device", "cuda", "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
+
+
+def test_roofline_benchmark_smoke(tmp_path):
+    out = tmp_path / "roofline.json"
+    table = run_benchmark("roofline.py", out, "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert result["quick"] and "share of bandwidth" in table
+    assert set(result["memory"]) == {"1", "2"} and set(result["matmul"]) == {"1", "2"}
+    assert all(m["read_bytes_per_s"] > 0 and m["copy_bytes_per_s"] > 0 for m in result["memory"].values())
+    assert [p["batch"] for p in result["decode"]] == [1, 4] and [p["new_tokens"] for p in result["prefill"]] == [16, 64]
+    # machine-independent: FLOPs and bytes are counted, not timed; prefill of 64 tokens does more work per byte
+    decode, prefill = result["decode"][0], result["prefill"][-1]
+    assert decode["intensity"] < 1 < prefill["intensity"]
+    assert len(result["load_average_before"]) == 3
+
+
+def test_roofline_refuses_cuda_without_a_gpu(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "roofline.py"), "--device", "cuda", "--out",
+                           str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
+
+
+def test_gpu_check_refuses_without_a_gpu(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    script = BENCHMARKS.parent / "scripts" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    done = subprocess.run(["bash", str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 2 and "no CUDA GPU" in done.stderr
+    assert not any((tmp_path / "out").iterdir()), "nothing runs without a GPU"
+
+
+def test_speculative_benchmark_smoke(tmp_path):
+    out = tmp_path / "speculative.json"
+    table = run_benchmark("speculative.py", out)
+    result = json.loads(out.read_text())
+    assert result["quick"] and result["threads"] == 1 and "speed-up" in table
+    assert {(row["draft"], row["gamma"]) for row in result["rows"]} == {
+        (draft, gamma) for draft in ("tiny-zh-doc-small", "n-gram (max n 3)") for gamma in (1, 4)}
+    for row in result["rows"]:  # machine-independent: counts of tokens and forwards
+        assert 1.0 <= row["tokens_per_target_forward"] <= row["gamma"] + 1
+        assert 0.0 <= row["acceptance_rate"] <= 1.0 and row["spec_ms_per_token"] > 0
+    model_rows = [row for row in result["rows"] if row["draft"] == "tiny-zh-doc-small"]
+    assert model_rows[1]["tokens_per_target_forward"] > model_rows[0]["tokens_per_target_forward"]
+
+
+def test_speculative_engine_benchmark_smoke(tmp_path):
+    out = tmp_path / "speculative-engine.json"
+    run_benchmark("speculative.py", out, "--engine", "--repeats", "1")
+    result = json.loads(out.read_text())
+    assert result["mode"] == "engine" and result["quick"]
+    for row in result["rows"]:  # machine-independent: steps and tokens, the same tokens as without speculation
+        assert row["tokens"] == row["plain_tokens"] and row["steps"] < row["plain_steps"]
+        assert 1.0 <= row["tokens_per_target_forward"] <= row["gamma"] + 1
+
+
+def test_load_benchmark_smoke(tmp_path):
+    """200 concurrent streaming clients against the server on 127.0.0.1: every request completes or is refused."""
+    out = tmp_path / "load.json"
+    table = run_benchmark("load.py", out)
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert [(r["batching"], r["rate"]) for r in runs] == [("continuous", 16.0), ("continuous", "burst")]
+    assert "TTFT p99 ms" in table
+    burst = runs[1]
+    assert burst["requests"] == 200 and burst["peak_in_flight"] == 200
+    for run in runs:
+        assert run["lost"] == 0 and run["completed"] + run["refused"] == run["requests"], run
+        assert 0 < run["ttft_p50_s"] <= run["ttft_p99_s"] and run["throughput_tok_s"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--base-url", "http://example.com:8000/v1"], "must be on loopback"),
+    (["--rates", "fast"], "--rates takes numbers"),
+    (["--requests", "0"], "--requests must be >= 1"),
+])
+def test_load_benchmark_refuses_bad_arguments(args, message):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "load.py"), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and message in done.stderr
