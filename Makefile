@@ -12,10 +12,11 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help venv assets book test lab lecture serve api execute model bench clean
+.PHONY: help venv assets book check test lab lecture serve api execute model bench clean
 
 help:
 	@echo "make book     build the HTML book into _build/html"
+	@echo "make check    the fast loop: library unit tests and docstring examples (no nbval, book or browser)"
 	@echo "make test     run the whole suite (library, notebooks via nbval, book build, browser)"
 	@echo "make lab      JupyterLab on exercises/ with the course's environment"
 	@echo "make lecture  JupyterLab on chapters/, to present a chapter with live widgets"
@@ -52,7 +53,15 @@ NBVAL := $(BIN)/pytest --nbval --nbval-sanitize-with tests/sanitize.cfg
 # of exact float ties, say) fails here rather than on a reader's machine. Then the whole suite on the native kernels.
 test: venv assets
 	ATEN_CPU_CAPABILITY=default $(NBVAL) chapters
-	$(NBVAL)
+	$(NBVAL) --durations=15 --doctest-modules tests chapters exercises lib/decodelab \
+		--ignore=lib/decodelab/serve/__main__.py
+
+# The inner loop, under 2 minutes on 2 cores: the library's tests without the slow ones (benchmark smoke runs, servers
+# in child processes, statistical tests with many draws), nbval, the book build and the browser; plus every docstring
+# example in lib/decodelab. `make test` runs all of it.
+check: venv
+	$(BIN)/pytest -q -n 2 -p no:cacheprovider -m "not slow and not book and not browser" --doctest-modules \
+		tests lib/decodelab --ignore=lib/decodelab/serve/__main__.py
 
 api: venv
 	$(BIN)/python -m decodelab.serve --model tiny-zh

@@ -413,6 +413,7 @@ def mean_of_per_text_rates(judged):
                for j in judged) / len(judged)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["T=1.5", "other seed"])
 def test_later_error_rate_accepts_a_measurement_with_any_seed(snowball, run, capsys):
     check_later_error_rate(1.5, later_error_rate(snowball[run]["clean"]), later_error_rate(snowball[run]["wrong"]))

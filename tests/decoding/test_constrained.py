@@ -380,6 +380,7 @@ def test_measure_inputs_are_checked(tokenizer):
 
 # ---- the benchmark --------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_benchmark_quick_run(tmp_path):
     out = tmp_path / "constrained.json"
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "constrained.py"), "--quick", "--out", str(out)],

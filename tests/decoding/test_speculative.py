@@ -89,6 +89,7 @@ def test_greedy_equals_target_greedy(models, gamma, draft_name):
         assert result.target_forwards <= len(result.token_ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q_kind", ["dense", "point", "disjoint"])
 def test_verify_first_token_follows_p(q_kind):
     gen = torch.Generator().manual_seed(0)
@@ -113,6 +114,7 @@ def test_verify_first_token_follows_p(q_kind):
 
 @pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.8, top_k=20),
                                     SamplingParams(top_p=0.9)], ids=["T=1", "top-k", "top-p"])
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_name", ["small", "ngram"])
 def test_first_token_follows_target(models, params, draft_name):
     draft = ModelDraft(models["small"]) if draft_name == "small" else NgramDraft()
@@ -121,6 +123,7 @@ def test_first_token_follows_target(models, params, draft_name):
     assert chi_square_p_value(counts, expected, 800) > 1e-3
 
 
+@pytest.mark.slow
 def test_two_and_three_token_sequences_follow_target(models):
     for params, length in ((SamplingParams(), 2), (SamplingParams(top_k=3, top_p=0.9), 3)):
         expected = target_sequence_probs(models, NAMED, params, length)
@@ -128,6 +131,7 @@ def test_two_and_three_token_sequences_follow_target(models):
         assert chi_square_p_value(counts, expected, 800) > 1e-3, (params, counts.most_common(5))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_name", ["uniform", "sentences"])
 def test_bad_draft_is_rarely_accepted_yet_the_output_follows_target(models, draft_name):
     draft = UniformDraft() if draft_name == "uniform" else ModelDraft(models["sentences"])
@@ -142,6 +146,7 @@ def test_bad_draft_is_rarely_accepted_yet_the_output_follows_target(models, draf
     assert result.acceptance_rate < 0.7 < good.acceptance_rate
 
 
+@pytest.mark.slow
 def test_acceptance_rate_matches_one_minus_tv(models):
     """Position i is kept with probability beta_i = sum min(p_i, q_i) given everything before it, so the kept count
     minus the sum of the betas is a martingale: its standard deviation is sqrt(sum beta (1 - beta)). Tolerance: 4 of

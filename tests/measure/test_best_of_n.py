@@ -173,6 +173,7 @@ def test_draw_refuses_what_is_not_an_engine():
     assert error.value.param == "engine"
 
 
+@pytest.mark.slow
 def test_benchmark_quick_run_writes_its_json(tmp_path):
     """benchmarks/best_of_n.py --quick runs end to end (about 20 s) and writes every figure the chapter reads."""
     out = tmp_path / "best_of_n.json"

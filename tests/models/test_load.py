@@ -152,6 +152,7 @@ def doc_model():
     return load_model("tiny-zh-doc", device="cpu")
 
 
+@pytest.mark.slow
 def test_doc_model_quality_gate(doc_model):
     """Held-out cross-entropy on 120 unseen documents is within 0.05 nats/char of the exact entropy rate."""
     from decodelab.toy.documents import DocumentLanguage

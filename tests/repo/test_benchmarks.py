@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each runs a benchmark script in a subprocess
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 

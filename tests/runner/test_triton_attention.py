@@ -134,6 +134,7 @@ print(json.dumps(built))
 """
 
 
+@pytest.mark.slow
 def test_kernel_compiles_for_real_gpus():
     """Triton's full compiler (no GPU needed): the kernel type-checks and lowers to machine code for A100 and H100."""
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}

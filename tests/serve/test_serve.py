@@ -18,6 +18,8 @@ from decodelab.engine.engine import Engine
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.serve.local_server import LocalServer, free_port
 
+pytestmark = pytest.mark.slow  # servers over HTTP, several in child processes
+
 MODEL = "tiny-zh"
 PROMPTS = ["小明", "小红在学校", "老师说", "我们明天", "妈妈买了"]
 

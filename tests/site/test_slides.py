@@ -54,6 +54,7 @@ def _required_slideshow_packages() -> list[str]:
     return [name for name in SLIDESHOW_EXTENSIONS if name in names]
 
 
+@pytest.mark.slow
 def test_slideshow_extensions_are_installed_and_enabled():
     """jupyterlab-deck (live widgets on slides) must be in requirements.txt; every slideshow package listed there
     must have its JupyterLab extensions installed, enabled and OK in the venv."""

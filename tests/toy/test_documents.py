@@ -66,6 +66,7 @@ def test_protagonist_carries_across_sentences(docs):
     assert named > 4  # the protagonist is named again several times per document
 
 
+@pytest.mark.slow
 def test_exact_entropy_rate_matches_monte_carlo(docs):
     """The renewal recursion against 3,000 sampled documents (fixed seed): within 4 standard errors."""
     texts = docs.sample(3000, seed=5)

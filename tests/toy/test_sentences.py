@@ -78,6 +78,7 @@ def test_characters_outside_the_alphabet(lang):
         lang.sample(3, seed="a")
 
 
+@pytest.mark.slow
 def test_character_frequencies_match_exact_expectation(lang, sample):
     """Per-sentence counts are i.i.d. across sentences: each mean must lie within 5 standard errors."""
     expected = lang.expected_char_counts()

@@ -10,7 +10,6 @@ same `SamplingParams` give the same tokens in either.
 repetition penalty, then the n-gram ban; frequency and presence, which transformers lacks, sit between the two).
 
     >>> from decodelab.sampling.params import SamplingParams
-from decodelab.sampling.batch import SamplingBatch
     >>> apply_penalties(torch.ones(1, 5), [SamplingParams(repetition_penalty=2.0)], [[1, 1]])[0, 1].item()
     0.5
 
