@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import math
-
 import torch
 
 from decodelab.decoding.generate import model_context, model_step
-from decodelab.decoding.request import check_prompt_fits
-from decodelab.validation import check_int
+from decodelab.decoding.request import prompt_token_ids
+from decodelab.validation import ParamError, as_int_list, as_scalar, check_int, check_model
 
 NEG = -1.0e9  # transformers' "impossible" score; kept identical so ties break the same way
+# |length_penalty| at most 10 (translation uses 0.6 to 2): at 10, 8 tokens already weigh 8 ** 10 = 1e9 against a sum
+# log p of tens, so the length all but decides the ranking; much further, L ** length_penalty leaves even float64
+MAX_ABS_LENGTH_PENALTY = 10
+FLOAT32_TINY, FLOAT32_MAX = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
 
 
 @dataclass(frozen=True)
@@ -42,21 +44,23 @@ class BeamResult:
     steps: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
-def _prompt_tensor(input_ids, device: torch.device) -> torch.Tensor:
-    if isinstance(input_ids, torch.Tensor):
-        ids = input_ids
-        if ids.dim() == 2 and ids.shape[0] == 1:
-            ids = ids[0]
-        if ids.dim() != 1 or ids.is_floating_point():
-            raise ValueError(f"input_ids must be one prompt: integer ids of shape [T] or [1, T], got "
-                             f"{ids.dtype} {tuple(input_ids.shape)}")
-    elif isinstance(input_ids, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in input_ids):
-        ids = torch.tensor(list(input_ids), dtype=torch.long)
-    else:
-        raise TypeError(f"input_ids must be a list of ints or a LongTensor [T] / [1, T], got {input_ids!r}")
-    if ids.numel() == 0:
-        raise ValueError("input_ids must hold at least one token, got an empty prompt")
-    return ids.to(device=device, dtype=torch.long)
+def _prompt_ids(input_ids, vocab_size: int, context: int | None) -> list[int]:
+    """One prompt's ids, checked as `generate` checks its prompts; a `[1, T]` tensor or array is one prompt too."""
+    if getattr(input_ids, "ndim", None) == 2:
+        if input_ids.shape[0] != 1:
+            raise ParamError("input_ids", f"input_ids must be one prompt: integer ids of shape [T] or [1, T], got "
+                                          f"shape {tuple(input_ids.shape)}")
+        input_ids = input_ids[0]
+    return prompt_token_ids(input_ids, None, "input_ids", vocab_size, context)
+
+
+def _length_normalised(sum_log_probs: torch.Tensor, length: int, length_penalty: float) -> float:
+    """`sum_log_probs / length ** length_penalty`: in float32, as transformers divides, while the divisor is a
+    float32 number; past that (thousands of tokens at |length_penalty| near the bound) in float64, where it is."""
+    divisor = float(length) ** length_penalty
+    if not FLOAT32_TINY <= divisor <= FLOAT32_MAX:
+        return float(sum_log_probs.double() / divisor)
+    return float(sum_log_probs / divisor)
 
 
 @torch.no_grad()
@@ -68,25 +72,34 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
     `early_stopping` is True, False or "never", as in transformers. `eos_token_id` is None (the model's config value
     is not read: pass it), an id or a list of ids.
 
+        >>> from decodelab.decoding import beam_search
         >>> result = beam_search(model, [1, 17, 42], num_beams=4, max_tokens=20, eos_token_id=2)
-        >>> result.token_ids, result.score
+        >>> result.token_ids, round(result.score, 3)
+        ([99, 147, 302, 223, 133, 231, 84, 6, 2], -0.301)
 
     Taught in: chapters/03-strategies.ipynb
     """
-    check_int(num_beams, "num_beams")
-    check_int(max_tokens, "max_tokens")
-    if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool) or math.isnan(length_penalty):
-        raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
-    if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in eos):
-        raise ValueError(f"eos_token_id must be None, an id >= 0 or a list of them, got {eos_token_id!r}")
+    vocab_size = check_model(model, "beam_search(model, input_ids, num_beams, max_tokens)")
+    num_beams = check_int(num_beams, "num_beams")
+    max_tokens = check_int(max_tokens, "max_tokens")
+    length_penalty = as_scalar(length_penalty)
+    if (not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool)
+            or not abs(length_penalty) <= MAX_ABS_LENGTH_PENALTY):
+        raise ParamError("length_penalty", f"length_penalty must be a number in [-{MAX_ABS_LENGTH_PENALTY}, "
+                                           f"{MAX_ABS_LENGTH_PENALTY}], got {length_penalty!r} (beyond that the "
+                                           "length alone ranks the hypotheses, and length ** length_penalty leaves "
+                                           "the float range)")
+    early_stopping = as_scalar(early_stopping)
+    if not (isinstance(early_stopping, bool) or early_stopping == "never"):
+        raise ParamError("early_stopping", f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+    eos = [] if eos_token_id is None else as_int_list([eos_token_id]) or as_int_list(eos_token_id)
+    if eos is None or not all(t >= 0 for t in eos):
+        raise ParamError("eos_token_id", f"eos_token_id must be None, an id >= 0 or a list of them, "
+                                         f"got {eos_token_id!r}")
     device = next(model.parameters()).device
-    prompt = _prompt_tensor(input_ids, device)
-    prompt_len = prompt.shape[0]
     context = model_context(model)
-    check_prompt_fits(prompt_len, context, "input_ids")
+    prompt = torch.tensor(_prompt_ids(input_ids, vocab_size, context), dtype=torch.long, device=device)  # [T]
+    prompt_len = prompt.shape[0]
     # as Engine and generate do, no sequence grows past the model's context
     max_length = prompt_len + max_tokens
     if context is not None:  # a prompt that fills the context still gets one token, as in generate
@@ -118,8 +131,7 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
             for rank in range(num_beams):
                 if bool(hits[rank]):
                     ids = running[beam_of[rank], prompt_len:].tolist() + [int(token[rank])]
-                    score = top_scores[rank] / generated_len**length_penalty  # in float32, as transformers
-                    finished.append((float(score), ids))
+                    finished.append((_length_normalised(top_scores[rank], generated_len, length_penalty), ids))
             finished.sort(key=lambda item: -item[0])  # stable: earlier hypotheses win ties, as topk over the merge
             del finished[num_beams:]
 
@@ -135,7 +147,8 @@ def beam_search(model, input_ids, num_beams: int, max_tokens: int, length_penalt
                 best_length = max_length - prompt_len
             else:
                 best_length = cur_len - prompt_len
-            improvable = improvable and float(running_scores[0] / best_length ** length_penalty) > finished[-1][0]
+            improvable = improvable and _length_normalised(running_scores[0], best_length,
+                                                           length_penalty) > finished[-1][0]
         done_early = len(finished) == num_beams and early_stopping is True
         if not improvable or done_early or bool(hits.all()):
             break

@@ -12,9 +12,15 @@ sequence whose steps lost much probability to the mask (the model wanted to go e
 often than the conditional would. Each completion carries its exact log q(x) and log p(x) (p: the same sampler without
 the mask), which is what `kl_importance` and `kl_exact` (in `decodelab.measure.constrained`) need.
 
-    >>> grammar = LLGuidanceGrammar.regex("[^。！？]*北京[^。！？]*[。！？]", tokenizer)
+    >>> from decodelab.decoding import constrained_generate
+    >>> from decodelab.grammar import LLGuidanceGrammar
+    >>> from decodelab.sampling import SamplingParams
+    >>> grammar = LLGuidanceGrammar.regex("[^。！？]{0,15}北京[^。！？]{0,15}[。！？]", tokenizer)
     >>> out = constrained_generate(model, tokenizer, "", SamplingParams(seed=0, n=4, max_tokens=40), grammar)
-    >>> [c.text for c in out]                  # every one names 北京 and ends with 。！ or ？
+    >>> [c.finish_reason for c in out]
+    ['stop', 'stop', 'stop', 'stop']
+    >>> all("北京" in c.text and c.text[-1] in "。！？" for c in out)   # every one names 北京 and ends with 。！ or ？
+    True
 
 Taught in: chapters/07d-constrained-decoding.ipynb
 """
@@ -31,7 +37,7 @@ from decodelab.decoding.generate import model_context, model_step
 from decodelab.decoding.request import check_prompt_fits
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample, sample_seed
 from decodelab.models.tokenizer import encode_prompt
-from decodelab.validation import ParamError
+from decodelab.validation import ParamError, as_int_list, check_model
 
 __all__ = ["ConstrainedCompletion", "Grammar", "LLGuidanceGrammar", "ToyLanguageGrammar", "constrained_generate",
            "score_sequences"]
@@ -53,15 +59,9 @@ class ConstrainedCompletion:
     kept_mass: tuple[float, ...]
 
 
-def _check_model(model) -> int:
-    if not hasattr(model, "config") or not hasattr(model.config, "vocab_size") or not callable(model):
-        raise ParamError("model", f"model must be a transformers causal LM with a config, got {type(model).__name__}")
-    return int(model.config.vocab_size)
-
-
-def _check_request(model, tokenizer, prompt, params, grammar) -> list[int]:
-    """The prompt's ids, after every argument is checked."""
-    vocab = _check_model(model)
+def _check_request(model, tokenizer, prompt, params, grammar, call: str) -> list[int]:
+    """The prompt's ids, after every argument is checked; `call` is how the caller is called, for a swapped model."""
+    vocab = check_model(model, call)
     if not isinstance(params, SamplingParams):
         raise ParamError("params", f"params must be a SamplingParams, got {type(params).__name__}")
     if params.ignore_eos or params.stop_token_ids or params.stop:
@@ -76,12 +76,8 @@ def _check_request(model, tokenizer, prompt, params, grammar) -> list[int]:
     if getattr(tokenizer, "eos_token_id", None) != grammar.eos_token_id:
         raise ParamError("grammar", f"the grammar's EOS ({grammar.eos_token_id}) is not the tokenizer's "
                                     f"({getattr(tokenizer, 'eos_token_id', None)})")
-    if isinstance(prompt, str):
-        ids = encode_prompt(tokenizer, prompt)
-    elif isinstance(prompt, Sequence) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt):
-        ids = list(prompt)
-    else:
+    ids = encode_prompt(tokenizer, prompt) if isinstance(prompt, str) else as_int_list(prompt)
+    if not ids or not all(0 <= t < vocab for t in ids):
         raise ParamError("prompt", f"prompt must be a str or a non-empty list of token ids in [0, {vocab}), "
                                    f"got {prompt!r}")
     check_prompt_fits(len(ids), model_context(model), "prompt")
@@ -121,7 +117,8 @@ def constrained_generate(model, tokenizer, prompt: str | list[int], params: Samp
 
     Taught in: chapters/07d-constrained-decoding.ipynb
     """
-    ids = _check_request(model, tokenizer, prompt, params, grammar)
+    ids = _check_request(model, tokenizer, prompt, params, grammar,
+                         "constrained_generate(model, tokenizer, prompt, params, grammar)")
     device = next(model.parameters()).device
     n, context = params.n, model_context(model)
     states = [grammar.start() for _ in range(n)]
@@ -175,7 +172,8 @@ def score_sequences(model, tokenizer, prompt: str | list[int], sequences: Sequen
 
     Taught in: chapters/07d-constrained-decoding.ipynb
     """
-    ids = _check_request(model, tokenizer, prompt, params, grammar)
+    ids = _check_request(model, tokenizer, prompt, params, grammar,
+                         "score_sequences(model, tokenizer, prompt, sequences, params, grammar)")
     if isinstance(sequences, (str, bytes)) or not isinstance(sequences, Sequence) or not sequences:
         raise ParamError("sequences", f"sequences must be a non-empty list of token-id lists, got {sequences!r}")
     rows = [check_token_ids(s, grammar.vocab_size, f"sequences[{i}]") for i, s in enumerate(sequences)]

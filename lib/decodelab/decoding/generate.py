@@ -5,8 +5,13 @@ are left-padded, with an attention mask and position ids that start at 0 on each
 batch gives every prompt the tokens it would get alone. Each prompt has its own `SamplingParams`; a finished prompt
 stays in the batch (fed its padding token, as `model.generate` does) until all are done.
 
+    >>> from decodelab.decoding import generate
+    >>> from decodelab.sampling import SamplingParams
     >>> completions = generate(model, tokenizer, ["小明", "今天"], SamplingParams(temperature=0.0, max_tokens=8))
     >>> completions[0].text, completions[0].finish_reason
+    ('喜欢吃米饭。', 'stop')
+    >>> completions[1].text, completions[1].finish_reason
+    ('，小明在机场打篮', 'length')
 
 Taught in: chapters/04-autoregressive.ipynb
 """
@@ -20,10 +25,11 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.sampling.sampler import SamplingBatch, SamplingParams, make_generator, sample
-from decodelab.decoding.detokenize import TextStream
+from decodelab.decoding.detokenize import IncrementalDetokenizer
 from decodelab.grammar.base import mask_logits
 from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
                                 prompt_token_ids, text_decoder)
+from decodelab.validation import as_int_list, check_model
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,7 @@ def model_context(model) -> int | None:
 def prompt_batch(model, tokenizer, prompts) -> list[list[int]]:
     """The token ids of `prompts`: one string or token-id list, or a list of them; each checked by
     `decodelab.decoding.request.prompt_token_ids` as the engine checks its prompts (named prompts[i])."""
-    if isinstance(prompts, (str, torch.Tensor)) or (isinstance(prompts, Sequence) and prompts
-                                                    and isinstance(prompts[0], int)):
+    if isinstance(prompts, (str, torch.Tensor)) or as_int_list(prompts):  # one prompt
         prompts = [prompts]
     if not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty list of strings or of token-id lists, got {prompts!r}")
@@ -89,6 +94,7 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
 
     Taught in: chapters/04-autoregressive.ipynb
     """
+    check_model(model, "generate(model, tokenizer, prompts, params)")
     ids = prompt_batch(model, tokenizer, prompts)
     if isinstance(params, SamplingParams):
         params = [params] * len(ids)
@@ -121,7 +127,6 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
          stream_text: bool) -> Iterator[StepEvent]:
     device = next(model.parameters()).device
     eos = eos_token_ids(model, tokenizer)
-    decode = text_decoder(tokenizer)
     pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
     pad_id = pad_id if pad_id is not None else (getattr(model.config, "pad_token_id", None) or 0)
     batch, width = len(ids), max(len(p) for p in ids)
@@ -136,7 +141,8 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     output_history = torch.empty(batch, 0, dtype=torch.long, device=device)  # [B, t]
     context = model_context(model)  # as the engine does, a sequence stops ("length") when it fills the context
     generated: list[list[int]] = [[] for _ in ids]
-    texts = [TextStream(p.stop) for p in params]  # what a stream may send: never text a stop string takes back
+    # each row's text as it grows (stop strings, and what a stream may send: never text a stop string takes back)
+    texts = None if tokenizer is None else [IncrementalDetokenizer(tokenizer, p.stop) for p in params]
     running = [True] * batch
 
     grammars = [None if p.grammar is None else p.grammar.start() for p in params]  # one state per row, or None
@@ -155,15 +161,15 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
                 continue
             token = next_tokens[i]
             generated[i].append(token)
+            piece = None if texts is None else texts[i].push(token)
             reason = finish_reason(params[i], token, generated[i], len(ids[i]) + len(generated[i]), eos, context,
-                                   decode)
+                                   None if texts is None else texts[i])
             running[i] = reason is None
             if grammars[i] is not None and running[i]:
                 grammars[i].advance(token)
             delta = None
-            if stream_text and decode is not None:
-                text = output_text(generated[i], params[i], decode)
-                delta = texts[i].push(text) if reason is None else texts[i].finish(text)
+            if stream_text and texts is not None:
+                delta = piece if reason is None else piece + texts[i].finish()
             yield StepEvent(i, token, delta, reason)
         if not any(running):
             return

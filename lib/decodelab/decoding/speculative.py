@@ -18,10 +18,14 @@ Drafts: `ModelDraft` (a smaller model with the same vocabulary, its own KV cache
 mass, so a draft token is kept with probability p(x)). Any object with `propose(context, gamma, params, generator)`
 returning (tokens, q `[k, V]` or None for point masses) is a draft.
 
-    >>> target, tokenizer = load_model("tiny-zh-doc")
-    >>> draft = ModelDraft(load_model("tiny-zh-doc-small")[0])
+    >>> from decodelab.decoding.speculative import ModelDraft, speculative_generate
+    >>> from decodelab.models import load_model
+    >>> from decodelab.sampling import SamplingParams
+    >>> target, tokenizer = load_model("tiny-zh-doc", device="cpu")
+    >>> draft = ModelDraft(load_model("tiny-zh-doc-small", device="cpu")[0])
     >>> result = speculative_generate(target, tokenizer, "这是小明在北京的一天。", SamplingParams(seed=0), draft, 4)
-    >>> result.text, result.acceptance_rate, result.tokens_per_target_forward
+    >>> result.text, round(result.acceptance_rate, 3), result.tokens_per_target_forward
+    ('小明正在咖啡馆等小明。张医生想喝', 0.938, 4.0)
 
 Taught in: chapters/07b-speculative-decoding.ipynb
 """
@@ -35,7 +39,7 @@ import torch
 from decodelab.decoding.generate import model_step
 from decodelab.decoding.request import eos_token_ids, prompt_token_ids
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits
-from decodelab.validation import check_int
+from decodelab.validation import check_int, check_model
 
 
 def distributions(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams]) -> torch.Tensor:
@@ -80,10 +84,8 @@ class ModelDraft:
     One request at a time."""
 
     def __init__(self, model) -> None:
-        if not hasattr(model, "config") or not hasattr(model.config, "vocab_size"):
-            raise TypeError(f"model must be a transformers causal LM with a config, got {type(model).__name__}")
+        self.vocab_size = check_model(model, "ModelDraft(model)")
         self.model = model
-        self.vocab_size = int(model.config.vocab_size)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self._cache = None
         self._cached: list[int] = []
@@ -193,8 +195,6 @@ class SpeculativeResult:
 
 
 def _check_inputs(target, params, draft, gamma: int, prompt_len: int) -> None:
-    if not hasattr(target, "config") or not hasattr(target.config, "vocab_size"):
-        raise TypeError(f"target must be a transformers causal LM with a config, got {type(target).__name__}")
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
     if params.has_penalties:
@@ -225,8 +225,8 @@ def speculative_generate(target, tokenizer, prompt: str | list[int], params: Sam
 
     Taught in: chapters/07b-speculative-decoding.ipynb
     """
+    vocab = check_model(target, "speculative_generate(target, tokenizer, prompt, params, draft)", "target")
     gamma = check_int(gamma, "gamma", 1)
-    vocab = target.config.vocab_size
     context = prompt_token_ids(prompt, tokenizer, "prompt", vocab)
     _check_inputs(target, params, draft, gamma, len(context))
     device = next(target.parameters()).device

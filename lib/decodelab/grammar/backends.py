@@ -19,8 +19,14 @@ that a generation loop advances one token at a time, so a step costs one mask, n
   `from_tokenizer`. JSON is out of reach for the course's models: their vocabulary has no ASCII braces or quotes, so
   a JSON grammar allows no first token (`constrained_generate` then raises).
 
+    >>> from decodelab.grammar import LLGuidanceGrammar
     >>> grammar = LLGuidanceGrammar.regex("小明(喜欢吃北京烤鸭|坐飞机去北京)。", tokenizer)
-    >>> grammar.mask(tokenizer("小明", add_special_tokens=False)["input_ids"]).nonzero()   # 喜 and 坐
+    >>> allowed = grammar.mask(tokenizer("小明", add_special_tokens=False)["input_ids"]).nonzero()
+    >>> allowed
+    tensor([[107],
+            [120]])
+    >>> tokenizer.convert_ids_to_tokens(allowed.flatten().tolist())
+    ['喜', '坐']
 
 Taught in: chapters/07d-constrained-decoding.ipynb
 """
@@ -87,7 +93,10 @@ class ToyLanguageGrammar(Grammar):
     are the characters with nonzero probability after `prefix` + the text so far, and EOS where a sentence may end.
     `prefix` is text the prompt already holds (default "": the generated text is the whole sentence).
 
-    >>> ToyLanguageGrammar(tokenizer, prefix="床前明月光，疑是地上").mask([]).nonzero()   # only 霜
+    >>> from decodelab.grammar import ToyLanguageGrammar
+    >>> allowed = ToyLanguageGrammar(tokenizer, prefix="床前明月光，疑是地上").mask([]).nonzero()
+    >>> tokenizer.decode(allowed.flatten().tolist())   # only 霜
+    '霜'
     """
 
     def __init__(self, tokenizer, language: ToyLanguage | DocumentLanguage | None = None, prefix: str = "",
@@ -173,7 +182,12 @@ class LLGuidanceGrammar(Grammar):
     """A grammar compiled by llguidance against a tokenizer's vocabulary; build it with `LLGuidanceGrammar.regex`,
     `.json_schema` or `.lark`. The text must match the whole grammar (a regex is anchored at both ends).
 
-    >>> LLGuidanceGrammar.regex("[^。！？]*北京[^。！？]*[。！？]", tokenizer)   # a sentence that names 北京
+    >>> from decodelab.grammar import LLGuidanceGrammar
+    >>> grammar = LLGuidanceGrammar.regex("[^。！？]*北京[^。！？]*[。！？]", tokenizer)   # a sentence that names 北京
+    >>> full_stop = tokenizer.convert_tokens_to_ids("。")
+    >>> ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    >>> bool(grammar.mask(ids("小明去北京"))[full_stop]), bool(grammar.mask(ids("小明去成都"))[full_stop])
+    (True, False)
     """
 
     def __init__(self, definition: str, tokenizer, vocab_size: int | None = None, source: str = "grammar") -> None:

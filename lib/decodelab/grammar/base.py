@@ -53,7 +53,12 @@ class Grammar:
         """The mask `[V]` (bool) after `token_ids`, the tokens generated so far (no BOS, no prompt). A token the
         grammar did not allow at its step is an error naming its position.
 
-        >>> ToyLanguageGrammar(tokenizer).mask([]).sum()    # the first characters of the toy language's sentences
+        >>> from decodelab.grammar import ToyLanguageGrammar
+        >>> mask = ToyLanguageGrammar(tokenizer).mask([])
+        >>> mask.shape, mask.dtype
+        (torch.Size([473]), torch.bool)
+        >>> int(mask.sum())    # the first characters of the toy language's sentences
+        50
         """
         ids = check_token_ids(token_ids, self.vocab_size, "token_ids")
         state = self.start()

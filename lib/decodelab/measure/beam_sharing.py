@@ -7,9 +7,15 @@ A paged cache lets the beams share their common ancestors' blocks: a new beam fo
 beam writes its token (copy-on-write). This module replays a search's tree through a real `BlockPool` and counts the
 blocks held at each forward, against the blocks the same beams would hold without sharing.
 
+    >>> from decodelab.decoding import beam_search
+    >>> from decodelab.measure.beam_sharing import beam_blocks
+    >>> prompt_ids = tokenizer("小明")["input_ids"]
     >>> result = beam_search(model, prompt_ids, num_beams=4, max_tokens=64, eos_token_id=2)
-    >>> held = beam_blocks(len(prompt_ids), result.steps, num_beams=4, block_size=16)
-    >>> 1 - sum(s for s, _ in held) / sum(u for _, u in held)        # the share of KV memory sharing saves
+    >>> held = beam_blocks(len(prompt_ids), result.steps, num_beams=4, block_size=4)
+    >>> held[:3]                                 # per forward: (blocks with sharing, blocks each beam on its own)
+    [(4, 4), (7, 8), (7, 8)]
+    >>> round(1 - sum(s for s, _ in held) / sum(u for _, u in held), 3)   # the share of KV memory sharing saves
+    0.208
 
 Taught in: chapters/07-paged-attention.ipynb
 """

@@ -10,7 +10,10 @@ but fails quietly when q and the conditional differ by many nats (its weights th
 Where the grammar's language is small, `enumerate_grammar` lists it and `kl_exact` gives the KL with no sampling.
 Intervals are 95%: Wilson's for a rate, percentile bootstrap (fixed seed) for the rest.
 
-    >>> rate = wilson_interval(97, 100)          # Interval(value=0.97, low=0.915..., high=0.990...)
+    >>> from decodelab.measure.constrained import wilson_interval
+    >>> rate = wilson_interval(97, 100)
+    >>> rate.value, round(rate.low, 3), round(rate.high, 3)
+    (0.97, 0.915, 0.99)
 
 Taught in: chapters/07d-constrained-decoding.ipynb
 """
@@ -147,8 +150,9 @@ def kl_exact(log_q, log_p) -> tuple[float, float]:
     """(KL(q || p(. | valid)), log Z) over a whole finite language: `log_q`, `log_p` of every string the grammar
     allows (`enumerate_grammar`, scored by `score_sequences`). q must sum to 1 (else the list is incomplete).
 
-    >>> kl_exact([math.log(0.5), math.log(0.5)], [math.log(0.1), math.log(0.1)])   # q = the conditional, Z = 0.2
-    (0.0, -1.6094379124341003)
+    >>> kl, log_z = kl_exact([math.log(0.5), math.log(0.5)], [math.log(0.1), math.log(0.1)])   # q = the conditional
+    >>> round(kl, 6), round(math.exp(log_z), 6)   # Z = 0.2
+    (0.0, 0.2)
     """
     q, p = _pair(log_q, log_p)
     total = float(np.exp(q).sum())
@@ -163,7 +167,9 @@ def enumerate_grammar(grammar: Grammar, max_tokens: int = 32, limit: int = 10_00
     """Every token sequence (EOS included) of at most `max_tokens` tokens that `grammar` allows, depth first in
     token-id order; more than `limit` of them is an error (the language is too large to list).
 
-    >>> [tokenizer.decode(s) for s in enumerate_grammar(LLGuidanceGrammar.regex("(甲|乙)。", tokenizer))]
+    >>> from decodelab.grammar import LLGuidanceGrammar
+    >>> [tokenizer.decode(s) for s in enumerate_grammar(LLGuidanceGrammar.regex("小(明|红)。", tokenizer))]
+    ['小明。</s>', '小红。</s>']
     """
     if not isinstance(grammar, Grammar):
         raise ParamError("grammar", f"grammar must be a Grammar, got {type(grammar).__name__}")

@@ -5,6 +5,8 @@ per-row values from a `SamplingBatch` and changes the logits of a `RowGroup`, a 
 columns. A group is either dense (column j is token j) or, on the fast path, the k best candidates of top-k rows
 (`decodelab.sampling.ops.fast_paths`); each processor handles both. Temperature happens here and nowhere else.
 
+    >>> from decodelab.sampling import SamplingBatch, SamplingParams
+    >>> from decodelab.sampling.processors import RowGroup, apply_processors
     >>> batch = SamplingBatch([SamplingParams(temperature=0.5, top_k=2)])
     >>> group = RowGroup.dense([0], torch.tensor([[1.0, 3.0, 2.0]]))
     >>> apply_processors(group, batch).logits
@@ -58,15 +60,28 @@ class RowGroup:
 
 class Temperature:
     """Divide each row's logits by its temperature (argmax rows never get here), and the group's row maxima with
-    them when it knows them."""
+    them when it knows them.
+
+    A row whose maximum overflows when divided (a logit of 3e38 at T = 0.01 becomes inf, and its softmax NaN) is
+    shifted by its maximum first, as softmax itself is: the same distribution, every value finite. Only such rows:
+    shifting an ordinary row would change the rounding of its values, and with it seeded draws.
+    """
 
     param = "temperature"
 
     def __call__(self, group: RowGroup, batch: SamplingBatch) -> None:
         temperature = group.column(batch, "temperature")  # [n, 1]
-        group.logits = group.logits / temperature
+        logits = group.logits / temperature  # [n, K]
+        top = logits.amax(dim=1, keepdim=True) if group.row_max is None else group.row_max / temperature  # [n, 1]
+        if not bool(torch.isfinite(top).all()):
+            row_max = group.logits.amax(dim=1, keepdim=True) if group.row_max is None else group.row_max  # [n, 1]
+            # 0 for ordinary rows (x - 0 is x, bit for bit) and for rows with no finite logit
+            shift = torch.where(torch.isfinite(top) | ~torch.isfinite(row_max), 0.0, row_max)  # [n, 1]
+            logits = (group.logits - shift) / temperature
+            top = (row_max - shift) / temperature
+        group.logits = logits
         if group.row_max is not None:
-            group.row_max = group.row_max / temperature
+            group.row_max = top
 
 
 class TopK:

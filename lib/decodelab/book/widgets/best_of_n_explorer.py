@@ -24,7 +24,7 @@ from decodelab.measure.best_of_n import VERIFIERS, draw, pass_at_k, pick
 from decodelab.toy.questions import Question
 from decodelab.engine.engine import Engine
 from decodelab.decoding.request import prompt_token_ids
-from decodelab.validation import check_int
+from decodelab.validation import as_scalar, check_int, check_records
 from decodelab.book.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -100,8 +100,15 @@ class BestOfNExplorer(anywidget.AnyWidget):
     """Samples recorded by `best_of_n_frames` as cards, with a choice of question and temperature among the recorded
     ones and a slider for n: which card each verifier picks among the first n, pass@k for k <= n, the token cost.
 
+    >>> from decodelab.book.widgets.best_of_n_explorer import BestOfNExplorer, best_of_n_frames
+    >>> from decodelab.engine import Engine
+    >>> from decodelab.models import load_model
+    >>> from decodelab.toy.questions import question
+    >>> model, tokenizer = load_model("tiny-zh-doc", device="cpu")
+    >>> runs = best_of_n_frames(Engine(model, tokenizer, block_size=4),
+    ...                         [question("老王", "成都"), question("小明", "北京")], (0.7, 1.0), n=4, max_tokens=24)
     >>> BestOfNExplorer(runs, question="这是老王在成都的一天。", temperature=1.0, n=4)
-    BestOfNExplorer(questions=6, temperatures=[0.7, 1.0, 1.5], question='这是老王在成都的一天。', temperature=1.0, n=4)
+    BestOfNExplorer(questions=2, temperatures=[0.7, 1.0], question='这是老王在成都的一天。', temperature=1.0, n=4)
 
     Taught in: chapters/07e-best-of-n.ipynb
     """
@@ -117,6 +124,7 @@ class BestOfNExplorer(anywidget.AnyWidget):
 
     def __init__(self, runs: Sequence[Mapping], *, question: str | None = None, temperature: float | None = None,
                  n: int = 4, title: str = "", lecture: bool = False) -> None:
+        runs = check_records(runs, "runs", "best_of_n_frames")
         if not runs:
             raise ValueError("runs must hold at least one run (see best_of_n_frames), got none")
         missing = {"question", "answer", "temperature", "samples", "frames"} - set(runs[0])
@@ -136,6 +144,7 @@ class BestOfNExplorer(anywidget.AnyWidget):
         temperature = temperatures[0] if temperature is None else temperature
         if question not in questions:
             raise ValueError(f"question must be one of {questions}, got {question!r}")
+        temperature, n = as_scalar(temperature), as_scalar(n)
         if isinstance(temperature, bool) or temperature not in temperatures:
             raise ValueError(f"temperature must be one of {temperatures}, got {temperature!r}")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= sizes[0]:

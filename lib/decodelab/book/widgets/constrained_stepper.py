@@ -27,7 +27,7 @@ from decodelab.decoding.constrained import constrained_generate
 from decodelab.decoding.generate import model_step
 from decodelab.sampling.sampler import SamplingParams, process_logits
 from decodelab.models.tokenizer import encode_prompt
-from decodelab.validation import check_int
+from decodelab.validation import check_index, check_int, check_records
 from decodelab.book.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -208,8 +208,18 @@ class ConstrainedStepper(anywidget.AnyWidget):
     top tokens under the model, which the grammar allows, the renormalised q, the mass the mask removed, the token
     drawn and the running log q and log p.
 
-    >>> ConstrainedStepper(runs, case="正则：提到北京", index=11)
-    ConstrainedStepper(cases=['正则：6 句', '正则：提到北京', '玩具语言自身，T = 2'], case='正则：提到北京', index=11, lecture=False)
+    >>> from decodelab.book.widgets.constrained_stepper import ConstrainedStepper, constrained_frames
+    >>> from decodelab.grammar import LLGuidanceGrammar
+    >>> from decodelab.sampling import SamplingParams
+    >>> form = LLGuidanceGrammar.regex("(小明|小红)(喜欢吃北京烤鸭|坐(飞机|火车)去北京)。", tokenizer)
+    >>> city = LLGuidanceGrammar.regex("[^。！？]{0,15}北京[^。！？]{0,15}[。！？]", tokenizer)
+    >>> runs = [constrained_frames(model, tokenizer, "", SamplingParams(seed=5, max_tokens=40), form, "正则：6 句"),
+    ...         constrained_frames(model, tokenizer, "", SamplingParams(seed=0, max_tokens=40), city, "正则：提到北京")]
+    >>> stepper = ConstrainedStepper(runs, case="正则：提到北京", index=11)
+    >>> stepper
+    ConstrainedStepper(cases=['正则：6 句', '正则：提到北京'], case='正则：提到北京', index=11, lecture=False)
+    >>> stepper.frame()["text"], stepper.frame()["allowed"]   # the text after this step, |A_t|
+    ('小红正在火车站等王奶奶的', 466)
 
     Taught in: chapters/07d-constrained-decoding.ipynb
     """
@@ -224,6 +234,7 @@ class ConstrainedStepper(anywidget.AnyWidget):
 
     def __init__(self, runs: Sequence[Mapping], *, case: str | None = None, index: int = 0, title: str = "",
                  lecture: bool = False) -> None:
+        runs = check_records(runs, "runs", "constrained_frames")
         if not runs:
             raise ValueError("runs must hold at least one run (see constrained_frames), got none")
         for position, run in enumerate(runs):
@@ -238,8 +249,7 @@ class ConstrainedStepper(anywidget.AnyWidget):
         if case not in cases:
             raise ValueError(f"case must be one of {cases}, got {case!r}")
         steps = runs[cases.index(case)]["steps"]
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(steps):
-            raise ValueError(f"index must be an int in [0, {len(steps)}) (the steps of case {case!r}), got {index!r}")
+        index = check_index(index, "index", len(steps), f" (the steps of case {case!r})")
         super().__init__(runs=[dict(run) for run in runs], case=case, index=index, title=title,
                          lecture=bool(lecture))
 

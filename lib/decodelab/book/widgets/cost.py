@@ -17,7 +17,7 @@ import anywidget
 import traitlets
 
 from decodelab.kv.contiguous_cache import kv_cache_bytes, model_kv_shape
-from decodelab.validation import check_int
+from decodelab.validation import as_scalar, check_int
 from decodelab.book.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -133,6 +133,10 @@ _ESM = ESM_PRELUDE + "\n" + (_HERE / "cost.js").read_text(encoding="utf-8")
 class CostExplorer(anywidget.AnyWidget):
     """Pick a model, a GPU, a batch and a context length; see memory, arithmetic intensity and decode speed bounds.
 
+    >>> from transformers import LlamaConfig
+    >>> from decodelab.book.widgets.cost import CostExplorer, model_spec
+    >>> spec = model_spec("Llama-3-8B", LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+    ...     num_attention_heads=32, num_key_value_heads=8, vocab_size=128256))
     >>> CostExplorer([spec], batch_size=8, context_len=8192)
     CostExplorer(models=['Llama-3-8B'], gpu='H100 SXM (80 GB)', batch_size=8, context_len=8192, lecture=False)
 
@@ -153,16 +157,17 @@ class CostExplorer(anywidget.AnyWidget):
 
     def __init__(self, models: Sequence[ModelSpec], gpus: Sequence[GpuSpec] = GPUS, *, gpu: str = "H100 SXM (80 GB)",
                  batch_size: int = 8, context_len: int = 8192, lecture: bool = False) -> None:
-        if not models or not all(isinstance(m, ModelSpec) for m in models):
+        if not isinstance(models, Sequence) or not models or not all(isinstance(m, ModelSpec) for m in models):
             raise ValueError(f"models must be a non-empty list of ModelSpec (see model_spec), got {models!r}")
-        if not gpus or not all(isinstance(g, GpuSpec) for g in gpus):
+        if not isinstance(gpus, Sequence) or not gpus or not all(isinstance(g, GpuSpec) for g in gpus):
             raise ValueError(f"gpus must be a non-empty list of GpuSpec, got {gpus!r}")
         names = [g.name for g in gpus]
         if gpu not in names:
             raise ValueError(f"gpu must be one of {names}, got {gpu!r}")
-        if batch_size not in BATCH_SIZES:
+        batch_size, context_len = as_scalar(batch_size), as_scalar(context_len)
+        if isinstance(batch_size, bool) or batch_size not in BATCH_SIZES:
             raise ValueError(f"batch_size must be one of {BATCH_SIZES}, got {batch_size!r}")
-        if context_len not in CONTEXT_LENS:
+        if isinstance(context_len, bool) or context_len not in CONTEXT_LENS:
             raise ValueError(f"context_len must be one of {CONTEXT_LENS}, got {context_len!r}")
         super().__init__(models=[asdict(m) for m in models], gpus=[asdict(g) for g in gpus],
                          batch_sizes=list(BATCH_SIZES), context_lens=list(CONTEXT_LENS), model_index=0,

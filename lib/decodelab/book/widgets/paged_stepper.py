@@ -19,7 +19,7 @@ import anywidget
 import traitlets
 
 from decodelab.sampling.sampler import SamplingParams
-from decodelab.validation import check_int
+from decodelab.validation import check_index, check_int, check_records
 from decodelab.book.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -136,8 +136,13 @@ _ESM = ESM_PRELUDE + "\n" + (_HERE / "paged_stepper.js").read_text(encoding="utf
 class PagedStepper(anywidget.AnyWidget):
     """Prev/Next through frames recorded by `record_frames`: the block pool, block tables and free queue.
 
+    >>> from decodelab.book.widgets.paged_stepper import Arrival, PagedStepper, record_frames
+    >>> from decodelab.engine import Engine
+    >>> from decodelab.sampling import SamplingParams
+    >>> frames = record_frames(Engine(model, tokenizer, block_size=4, num_blocks=12),
+    ...                        [Arrival(0, "小明", SamplingParams(temperature=0, max_tokens=6))])
     >>> PagedStepper(frames, block_size=4, index=3)
-    PagedStepper(frames=14, index=3, block_size=4, lecture=False)
+    PagedStepper(frames=7, index=3, block_size=4, lecture=False)
 
     Taught in: chapters/07-paged-attention.ipynb
     """
@@ -152,11 +157,11 @@ class PagedStepper(anywidget.AnyWidget):
 
     def __init__(self, frames: Sequence[Mapping], *, block_size: int, index: int = 0, title: str = "",
                  lecture: bool = False) -> None:
+        frames = check_records(frames, "frames", "record_frames")
         if not frames:
             raise ValueError("frames must hold at least one frame (see record_frames), got none")
-        check_int(block_size, "block_size")
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(frames):
-            raise ValueError(f"index must be an int in [0, {len(frames)}), got {index!r}")
+        block_size = check_int(block_size, "block_size")
+        index = check_index(index, "index", len(frames))
         missing = {"step", "sequences", "ref_counts", "free", "fill", "blocks"} - set(frames[0])
         if missing:
             raise ValueError(f"frames must come from record_frames; the first frame lacks {sorted(missing)}")

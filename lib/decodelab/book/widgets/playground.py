@@ -20,7 +20,7 @@ from decodelab.decoding.beam import beam_search
 from decodelab.decoding.generate import generate
 from decodelab.sampling.sampler import SamplingParams, sample_seed
 from decodelab.toy.sentences import ToyLanguage
-from decodelab.validation import check_int
+from decodelab.validation import check_int, check_model
 from decodelab.book.widgets.kernel_note import KernelNote
 from decodelab.book.widgets.sliders import slider
 
@@ -52,7 +52,7 @@ class PlaygroundSettings:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         for name, low in (("num_beams", 1), ("num_samples", 1), ("max_tokens", 1), ("seed", 0)):
-            check_int(getattr(self, name), name, low)
+            object.__setattr__(self, name, check_int(getattr(self, name), name, low))
         self.sampling_params()  # checks temperature, top_k, top_p, min_p and typical_p
 
     def sampling_params(self, seed: int | None = None) -> SamplingParams:
@@ -129,6 +129,8 @@ def render_html(result: PlaygroundResult, lecture: bool = False) -> str:
 class StrategyPlayground(widgets.VBox):
     """Controls for `PlaygroundSettings` over an HTML view of `run_playground`'s result; every change re-runs.
 
+    >>> from decodelab.book.widgets.playground import PlaygroundSettings, StrategyPlayground
+    >>> from decodelab.toy import ToyLanguage
     >>> StrategyPlayground(model, tokenizer, ToyLanguage(), PlaygroundSettings(strategy="greedy"))
     StrategyPlayground(prompt='小明', strategy='greedy', temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, num_beams=4, num_samples=8, seed=0, lecture=False)
 
@@ -137,6 +139,9 @@ class StrategyPlayground(widgets.VBox):
 
     def __init__(self, model, tokenizer, lang: ToyLanguage, settings: PlaygroundSettings = PlaygroundSettings(),
                  lecture: bool = False) -> None:
+        check_model(model, "StrategyPlayground(model, tokenizer, lang)")
+        if not isinstance(lang, ToyLanguage):
+            raise TypeError(f"lang must be a ToyLanguage, got {type(lang).__name__}")
         if not isinstance(settings, PlaygroundSettings):
             raise TypeError(f"settings must be a PlaygroundSettings, got {type(settings).__name__}")
         self._model, self._tokenizer, self._lang, self.lecture = model, tokenizer, lang, bool(lecture)

@@ -25,7 +25,7 @@ from decodelab.decoding.generate import model_step
 from decodelab.decoding.request import prompt_token_ids
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.decoding.speculative import ModelDraft, NgramDraft, distributions, speculative_generate
-from decodelab.validation import check_int
+from decodelab.validation import as_scalar, check_index, check_int, check_records
 from decodelab.book.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -157,8 +157,17 @@ def speculative_runs(target, tokenizer, prompt: str, params: SamplingParams,
     """`speculative_frames` for every draft in `drafts` (name -> a function that makes a fresh draft) and every gamma
     in `gammas`, in that order: the runs a `SpeculativeStepper` offers.
 
-    >>> runs = speculative_runs(target, tokenizer, "这是小明在北京的一天。", SamplingParams(seed=0, max_tokens=48),
+    >>> from decodelab.book.widgets.speculative_stepper import speculative_runs
+    >>> from decodelab.decoding.speculative import ModelDraft, NgramDraft
+    >>> from decodelab.models import load_model
+    >>> from decodelab.sampling import SamplingParams
+    >>> target, tokenizer = load_model("tiny-zh-doc", device="cpu")
+    >>> small = load_model("tiny-zh-doc-small", device="cpu")[0]
+    >>> runs = speculative_runs(target, tokenizer, "这是小明在北京的一天。", SamplingParams(seed=0, max_tokens=16),
     ...                         {"tiny-zh-doc-small": lambda: ModelDraft(small), "n-gram": NgramDraft}, (2, 4, 6))
+    >>> [(run["draft"], run["gamma"]) for run in runs]   # doctest: +NORMALIZE_WHITESPACE
+    [('tiny-zh-doc-small', 2), ('tiny-zh-doc-small', 4), ('tiny-zh-doc-small', 6),
+     ('n-gram', 2), ('n-gram', 4), ('n-gram', 6)]
 
     Taught in: chapters/07b-speculative-decoding.ipynb
     """
@@ -180,6 +189,14 @@ class SpeculativeStepper(anywidget.AnyWidget):
     """Prev/Next through the rounds of runs recorded by `speculative_runs`, with a choice of draft and gamma among
     the recorded ones: each round's proposals (accepted, rejected, thrown away), the target's own token, the counts.
 
+    >>> from decodelab.book.widgets.speculative_stepper import SpeculativeStepper, speculative_runs
+    >>> from decodelab.decoding.speculative import ModelDraft, NgramDraft
+    >>> from decodelab.models import load_model
+    >>> from decodelab.sampling import SamplingParams
+    >>> target, tokenizer = load_model("tiny-zh-doc", device="cpu")
+    >>> small = load_model("tiny-zh-doc-small", device="cpu")[0]
+    >>> runs = speculative_runs(target, tokenizer, "这是小明在北京的一天。", SamplingParams(seed=0, max_tokens=16),
+    ...                         {"tiny-zh-doc-small": lambda: ModelDraft(small), "n-gram": NgramDraft}, (2, 4, 6))
     >>> SpeculativeStepper(runs, draft="n-gram", gamma=4)
     SpeculativeStepper(drafts=['tiny-zh-doc-small', 'n-gram'], gammas=[2, 4, 6], draft='n-gram', gamma=4, index=0)
 
@@ -197,6 +214,7 @@ class SpeculativeStepper(anywidget.AnyWidget):
 
     def __init__(self, runs: Sequence[Mapping], *, draft: str | None = None, gamma: int | None = None,
                  index: int = 0, title: str = "", lecture: bool = False) -> None:
+        runs = check_records(runs, "runs", "speculative_runs")
         if not runs:
             raise ValueError("runs must hold at least one run (see speculative_runs), got none")
         missing = {"draft", "gamma", "prompt", "rounds"} - set(runs[0])
@@ -209,15 +227,13 @@ class SpeculativeStepper(anywidget.AnyWidget):
         if sorted(recorded, key=wanted.index) != wanted:
             raise ValueError(f"runs must hold each (draft, gamma) of {wanted} once, got {recorded}")
         draft = runs[0]["draft"] if draft is None else draft
-        gamma = runs[0]["gamma"] if gamma is None else gamma
+        gamma = runs[0]["gamma"] if gamma is None else as_scalar(gamma)
         if draft not in drafts:
             raise ValueError(f"draft must be one of {drafts}, got {draft!r}")
         if gamma not in gammas or isinstance(gamma, bool):
             raise ValueError(f"gamma must be one of {gammas}, got {gamma!r}")
         rounds = next(run["rounds"] for run in runs if (run["draft"], run["gamma"]) == (draft, gamma))
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(rounds):
-            raise ValueError(f"index must be an int in [0, {len(rounds)}) (the rounds of draft {draft!r}, "
-                             f"gamma {gamma}), got {index!r}")
+        index = check_index(index, "index", len(rounds), f" (the rounds of draft {draft!r}, gamma {gamma})")
         super().__init__(runs=[dict(run) for run in runs], draft=draft, gamma=gamma, index=index, title=title,
                          lecture=bool(lecture))
 

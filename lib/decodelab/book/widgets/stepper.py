@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import torch
 
+from decodelab.models.tokenizer import encode_prompt
 from decodelab.sampling.probs import dense_probs
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
 from decodelab.toy.sentences import ToyLanguage
-from decodelab.validation import check_int
+from decodelab.validation import check_int, check_model
 from decodelab.book.widgets.kernel_note import KernelNote
 from decodelab.book.widgets.sliders import slider
 
@@ -58,7 +59,7 @@ def step_view(model, tokenizer, lang: ToyLanguage, text: str, params: SamplingPa
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
     check_int(top_n, "top_n")
-    ids = tokenizer(text, return_tensors="pt")["input_ids"]  # [1, T]
+    ids = torch.tensor([encode_prompt(tokenizer, text)])  # [1, T]; a character outside the vocabulary is an error
     logits = model(input_ids=ids).logits[:, -1, :].float()  # [1, V]
     model_probs = logits.softmax(-1)[0]  # [V]
     sampled_probs = process_logits(logits, params).softmax(-1)[0]  # [V]
@@ -114,6 +115,8 @@ def render_step_html(prompt: str, steps: list[StepView], lecture: bool = False) 
 class AutoregressiveStepper(widgets.VBox):
     """Step through generation one token per click; the seed makes every run repeatable.
 
+    >>> from decodelab.book.widgets.stepper import AutoregressiveStepper
+    >>> from decodelab.toy import ToyLanguage
     >>> AutoregressiveStepper(model, tokenizer, ToyLanguage(), prompt="小明", initial_steps=3)
     AutoregressiveStepper(prompt='小明', steps=3, temperature=1.0, top_k=0, top_p=1.0, seed=0, lecture=False)
 
@@ -123,10 +126,15 @@ class AutoregressiveStepper(widgets.VBox):
     def __init__(self, model, tokenizer, lang: ToyLanguage, prompt: str = "小明", temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, initial_steps: int = 0, max_steps: int = 40,
                  lecture: bool = False) -> None:
+        check_model(model, "AutoregressiveStepper(model, tokenizer, lang)")
+        if not isinstance(lang, ToyLanguage):
+            raise TypeError(f"lang must be a ToyLanguage, got {type(lang).__name__}")
         SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)  # checks the values
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-        check_int(initial_steps, "initial_steps", low=0)
+        encode_prompt(tokenizer, prompt)  # refuses characters the vocabulary lacks, naming them
+        initial_steps = check_int(initial_steps, "initial_steps", low=0)
+        max_steps = check_int(max_steps, "max_steps")
         self._model, self._tokenizer, self._lang = model, tokenizer, lang
         self.lecture, self.max_steps = bool(lecture), max_steps
         style, width = {"description_width": "100px"}, {"width": "380px" if lecture else "300px"}
