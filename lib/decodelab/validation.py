@@ -1,9 +1,11 @@
 """Argument checks shared across the library: one function, one wording for every error it raises.
 
 Sits below every other module and imports nothing from decodelab, so any module can use it.
-Used by every module that takes counts and sizes (block_size, max_tokens, num_beams, top_k, ...).
+Used by every module that takes counts and sizes (block_size, max_tokens, num_beams, top_k, ...) or a model.
 """
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 
 class ParamError(ValueError):
@@ -32,6 +34,24 @@ def as_scalar(value):
     return value
 
 
+def as_int_list(values) -> list[int] | None:
+    """`values` as a list of Python ints, or None when it is not one: a sequence of ints (numpy and 0-d torch
+    integers too) or a 1-D integer numpy array or torch tensor. A string, a bool, a float or a 2-D array gives None.
+
+    >>> import numpy as np
+    >>> as_int_list(np.array([3, 4])), as_int_list([np.int64(5), 6]), as_int_list([1.0]), as_int_list("ab")
+    ([3, 4], [5, 6], None, None)
+    """
+    if type(values).__module__.split(".")[0] in ("torch", "numpy"):
+        if getattr(values, "ndim", None) != 1:
+            return None
+        values = values.tolist()  # Python ints for an integer dtype; floats and bools are refused below
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        return None
+    items = [as_scalar(v) for v in values]
+    return items if all(isinstance(v, int) and not isinstance(v, bool) for v in items) else None
+
+
 def check_int(value, name: str, low: int = 1) -> int:
     """Return `value` as an int if it is one (not a bool; a 0-d torch tensor or numpy integer is accepted) and
     >= `low`; otherwise raise ParamError (a ValueError) naming `name`.
@@ -46,3 +66,49 @@ def check_int(value, name: str, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ParamError(name, f"{name} must be an int >= {low}, got {value!r}")
     return value
+
+
+def check_model(model, call: str, name: str = "model") -> int:
+    """Return the vocabulary size of `model` if it is a transformers causal LM (callable, with `parameters()` and a
+    config that gives `vocab_size`); otherwise raise ParamError naming `name`. A tokenizer in its place (the
+    arguments swapped) is named as such; `call` is the call to write instead, as the message shows it.
+
+    >>> check_model(None, "generate(model, tokenizer, ...)")
+    Traceback (most recent call last):
+    decodelab.validation.ParamError: model must be a transformers causal LM, got NoneType
+    """
+    if callable(getattr(model, "encode", None)) and callable(getattr(model, "decode", None)):
+        raise ParamError(name, f"got a tokenizer where the {name} goes: call {call}")
+    vocab_size = as_scalar(getattr(getattr(model, "config", None), "vocab_size", None))
+    if not (callable(model) and callable(getattr(model, "parameters", None)) and isinstance(vocab_size, int)):
+        raise ParamError(name, f"{name} must be a transformers causal LM, got {type(model).__name__}")
+    return vocab_size
+
+
+def check_index(value, name: str, size: int, what: str = "") -> int:
+    """Return `value` as an int in [0, `size`) (not a bool; numpy and 0-d torch integers too); otherwise raise
+    ParamError naming `name`, with `what` (" (the steps of case 'x')") saying what it indexes.
+
+    >>> check_index(3, "index", 3)
+    Traceback (most recent call last):
+    decodelab.validation.ParamError: index must be an int in [0, 3), got 3
+    """
+    checked = as_scalar(value)
+    if isinstance(checked, bool) or not isinstance(checked, int) or not 0 <= checked < size:
+        raise ParamError(name, f"{name} must be an int in [0, {size}){what}, got {value!r}")
+    return checked
+
+
+def check_records(records, name: str, source: str) -> list:
+    """Return `records` (a widget's recorded runs or frames) as a list if it is a sequence of dicts; otherwise raise
+    ParamError naming `name` and `source`, the function that records them. An empty list passes: the widget says
+    what it needs.
+
+    >>> check_records(None, "runs", "best_of_n_frames")
+    Traceback (most recent call last):
+    decodelab.validation.ParamError: runs must be a list of the dicts best_of_n_frames returns, got None
+    """
+    if (isinstance(records, (str, bytes)) or not isinstance(records, Sequence)
+            or not all(isinstance(record, Mapping) for record in records)):
+        raise ParamError(name, f"{name} must be a list of the dicts {source} returns, got {records!r:.100}")
+    return list(records)

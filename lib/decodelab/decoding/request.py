@@ -14,12 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from decodelab.decoding.detokenize import truncate_at_stop
 from decodelab.sampling.params import SamplingParams
 from decodelab.models.tokenizer import encode_prompt
-from decodelab.validation import ParamError
+from decodelab.validation import ParamError, as_int_list
 
 
 @dataclass(frozen=True)
@@ -69,24 +67,23 @@ def check_vocabulary_ids(params: SamplingParams, vocab_size: int, name: str) -> 
 
 def prompt_token_ids(prompt, tokenizer, name: str, vocab_size: int | None = None,
                      context: int | None = None) -> list[int]:
-    """The token ids of one prompt (a string, or token ids as a list or 1-d tensor), checked: a string needs a
-    tokenizer and only characters it knows; ids are ints in [0, vocab_size); at least one token, at most `context`.
-    Errors are ParamError (a ValueError) naming `name`, or TypeError for a value of the wrong type."""
+    """The token ids of one prompt (a string, or token ids as a list, a 1-d numpy array or tensor; numpy and torch
+    integers count as ints), checked: a string needs a tokenizer and only characters it knows; ids are ints in
+    [0, vocab_size); at least one token, at most `context`. Errors are ParamError (a ValueError) naming `name`, or
+    TypeError for a value of the wrong type."""
     if isinstance(prompt, str):
         if tokenizer is None:
             raise TypeError(f"{name} is text but there is no tokenizer; pass token ids, or a tokenizer")
         prompt = encode_prompt(tokenizer, prompt, name)
-    if isinstance(prompt, torch.Tensor) and prompt.dim() == 1:
-        prompt = prompt.tolist()
-    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence) or not all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    ids = as_int_list(prompt)
+    if ids is None:
         raise TypeError(f"{name} must be a string or a list of token ids, got {prompt!r}")
-    if not prompt:
+    if not ids:
         raise ParamError(name, f"{name} must hold at least one token, got an empty prompt")
-    if min(prompt) < 0 or (vocab_size is not None and max(prompt) >= vocab_size):
-        raise ParamError(name, f"{name} token ids must be in [0, {vocab_size}), got {min(prompt)}..{max(prompt)}")
-    check_prompt_fits(len(prompt), context, name)
-    return list(prompt)
+    if min(ids) < 0 or (vocab_size is not None and max(ids) >= vocab_size):
+        raise ParamError(name, f"{name} token ids must be in [0, {vocab_size}), got {min(ids)}..{max(ids)}")
+    check_prompt_fits(len(ids), context, name)
+    return ids
 
 
 def eos_token_ids(model, tokenizer=None) -> set[int]:
