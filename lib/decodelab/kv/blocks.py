@@ -22,7 +22,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from decodelab.validation import check_int
+from decodelab.validation import as_int_list, as_scalar, check_int
+
+
+def _token_ids(token_ids) -> list[int]:
+    """`token_ids` as a list of ints >= 0 (numpy and torch integers too); anything else is a ValueError."""
+    ids = as_int_list(token_ids)
+    if ids is None or any(t < 0 for t in ids):
+        raise ValueError(f"token_ids must be a list of token ids (ints >= 0), got {token_ids!r:.100}")
+    return ids
 
 
 def block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
@@ -42,11 +50,11 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
-        check_int(num_blocks, "num_blocks")
-        check_int(block_size, "block_size")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching
+        self.num_blocks = check_int(num_blocks, "num_blocks")
+        self.block_size = check_int(block_size, "block_size")
+        if not isinstance(as_scalar(enable_prefix_caching), bool):
+            raise ValueError(f"enable_prefix_caching must be a bool, got {enable_prefix_caching!r}")
+        self.enable_prefix_caching = bool(enable_prefix_caching)
         self._ref_counts = [0] * num_blocks
         self.block_tokens: list[list[int]] = [[] for _ in range(num_blocks)]  # token ids whose K/V each block holds
         self._block_hashes: list[int | None] = [None] * num_blocks
@@ -88,9 +96,11 @@ class BlockPool:
         return self._filled
 
     # -- allocation ----------------------------------------------------------------------------------------
-    def _check_id(self, block_id: int) -> None:
-        if isinstance(block_id, bool) or not isinstance(block_id, int) or not 0 <= block_id < self.num_blocks:
+    def _check_id(self, block_id: int) -> int:
+        checked = as_scalar(block_id)
+        if isinstance(checked, bool) or not isinstance(checked, int) or not 0 <= checked < self.num_blocks:
             raise ValueError(f"block_id must be an int in [0, {self.num_blocks}), got {block_id!r}")
+        return checked
 
     def allocate(self) -> int:
         """Take the least recently used free block, evicting its prefix-cache entry; its ref count becomes 1."""
@@ -107,7 +117,7 @@ class BlockPool:
 
     def share(self, block_id: int) -> None:
         """One more holder of `block_id` (a fork or a prefix-cache hit); a free cached block leaves the queue."""
-        self._check_id(block_id)
+        block_id = self._check_id(block_id)
         if self._ref_counts[block_id] == 0:
             if self._block_hashes[block_id] is None:
                 raise ValueError(f"block {block_id} is free and not cached: allocate() it instead of sharing it")
@@ -117,7 +127,7 @@ class BlockPool:
 
     def release(self, block_id: int) -> None:
         """One holder fewer; at zero the block joins the tail of the free queue (keeping its cached hash)."""
-        self._check_id(block_id)
+        block_id = self._check_id(block_id)
         if self._ref_counts[block_id] == 0:
             raise ValueError(f"block {block_id} is already free; release it once per holder")
         self._ref_counts[block_id] -= 1
@@ -128,7 +138,7 @@ class BlockPool:
     # -- contents ------------------------------------------------------------------------------------------
     def write(self, block_id: int, token_id: int) -> None:
         """Record that the next free slot of `block_id` (held, not full, not shared) now holds `token_id`'s K/V."""
-        self._check_id(block_id)
+        block_id = self._check_id(block_id)
         tokens = self.block_tokens[block_id]
         if self._ref_counts[block_id] != 1 or len(tokens) >= self.block_size:
             raise ValueError(f"block {block_id} cannot take a token: ref count {self._ref_counts[block_id]}, "
@@ -138,7 +148,7 @@ class BlockPool:
 
     def copy_on_write(self, block_id: int) -> int:
         """A fresh block with `block_id`'s tokens for one of its holders, who lets go of the shared one."""
-        self._check_id(block_id)
+        block_id = self._check_id(block_id)
         if self._ref_counts[block_id] == 0:
             raise ValueError(f"block {block_id} is free; only a held block can be copied")
         fresh = self.allocate()
@@ -159,7 +169,7 @@ class BlockPool:
 
     def register(self, block_id: int, hash_value: int) -> None:
         """Make a full block findable by `lookup`; a hash already cached keeps its first block."""
-        self._check_id(block_id)
+        block_id = self._check_id(block_id)
         if len(self.block_tokens[block_id]) != self.block_size:
             raise ValueError(f"only full blocks are cached; block {block_id} holds "
                              f"{len(self.block_tokens[block_id])} of {self.block_size} tokens")
@@ -184,6 +194,14 @@ class BlockTable:
         self.num_tokens = 0                 # tokens whose K/V slots are written
         self._hashes: list[int] = []        # chained hash of each full block
 
+    def _check_pool(self, pool: BlockPool) -> None:
+        """A table and its pool must agree on the block size: a slot is block_id × block_size + offset in both."""
+        if not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
+        if pool.block_size != self.block_size:
+            raise ValueError(f"the table's block_size ({self.block_size}) must equal the pool's "
+                             f"({pool.block_size}): a slot is block_id × block_size + offset in both")
+
     @property
     def num_slots(self) -> int:
         """Slots the table holds: whole blocks, the last one possibly part empty."""
@@ -191,12 +209,15 @@ class BlockTable:
 
     def slot(self, position: int) -> int:
         """Flat slot index of token `position` in the pool: block_id × block_size + offset."""
+        position = check_int(position, "position", low=0)
         if not 0 <= position < len(self.block_ids) * self.block_size:
             raise ValueError(f"position must be in [0, {len(self.block_ids) * self.block_size}), got {position}")
         return self.block_ids[position // self.block_size] * self.block_size + position % self.block_size
 
     def blocks_needed(self, pool: BlockPool, num_new_tokens: int) -> int:
         """Fresh blocks `append` of `num_new_tokens` tokens would take (new blocks plus a copy-on-write)."""
+        self._check_pool(pool)
+        num_new_tokens = check_int(num_new_tokens, "num_new_tokens", low=0)
         free_slots = len(self.block_ids) * self.block_size - self.num_tokens   # in the last block and reserved ones
         new_blocks = -(-max(0, num_new_tokens - free_slots) // self.block_size)
         copy = (free_slots > 0 and num_new_tokens > 0
@@ -212,8 +233,10 @@ class BlockTable:
 
         Only full blocks count, and the hit stops before the last token so its logits get computed.
         """
+        self._check_pool(pool)
         if self.block_ids:
             raise ValueError("match_prefix must be called on an empty table")
+        token_ids = _token_ids(token_ids)
         parent = None
         for start in range(0, len(token_ids) - 1 - self.block_size + 1, self.block_size):
             chunk = token_ids[start:start + self.block_size]
@@ -234,6 +257,7 @@ class BlockTable:
         `copies` lists (src, dst) block pairs whose K/V the caller must copy before writing: the last block was
         shared with a forked sibling, so this sequence writes into its own copy (copy-on-write).
         """
+        token_ids = _token_ids(token_ids)  # every id checked before a block is taken
         if self.blocks_needed(pool, len(token_ids)) > pool.num_free_blocks:
             raise RuntimeError(f"need {self.blocks_needed(pool, len(token_ids))} blocks, "
                                f"{pool.num_free_blocks} free")
@@ -261,6 +285,8 @@ class BlockTable:
         """Hold blocks for `num_slots` more slots past the written tokens, without writing any: a speculative step's
         drafts get their K/V slots there (`slot` reaches them), and `append` later fills them with the kept ones.
         Call it after `append` of the step's own token, so the slots lie in blocks this table alone holds."""
+        self._check_pool(pool)
+        num_slots = check_int(num_slots, "num_slots", low=0)
         needed = -(-(self.num_tokens + num_slots) // self.block_size) - len(self.block_ids)
         if needed > pool.num_free_blocks:
             raise RuntimeError(f"need {needed} blocks, {pool.num_free_blocks} free")
@@ -268,6 +294,7 @@ class BlockTable:
 
     def trim(self, pool: BlockPool) -> None:
         """Give back the blocks past the last written token (rolled-back drafts' slots), last block first."""
+        self._check_pool(pool)
         keep = -(-self.num_tokens // self.block_size)
         for block_id in reversed(self.block_ids[keep:]):
             pool.release(block_id)
@@ -275,6 +302,7 @@ class BlockTable:
 
     def fork(self, pool: BlockPool) -> BlockTable:
         """A sibling table sharing every block (ref counts + 1); later writes copy on write."""
+        self._check_pool(pool)
         child = BlockTable(self.block_size)
         for block_id in self.block_ids:
             pool.share(block_id)
@@ -285,6 +313,7 @@ class BlockTable:
 
     def release(self, pool: BlockPool) -> None:
         """Give every block back, last block first, so the tail of a sequence is evicted before its prefix."""
+        self._check_pool(pool)
         for block_id in reversed(self.block_ids):
             pool.release(block_id)
         self.block_ids = []
@@ -293,4 +322,5 @@ class BlockTable:
 
     def token_ids(self, pool: BlockPool) -> list[int]:
         """The tokens this table's slots hold, read back from the pool's blocks."""
+        self._check_pool(pool)
         return [t for b in self.block_ids for t in pool.block_tokens[b]][: self.num_tokens]

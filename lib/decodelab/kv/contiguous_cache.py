@@ -9,16 +9,23 @@ Taught in: chapters/06-prefill-decode-kv-cache.ipynb
 """
 from __future__ import annotations
 
+import math
+
 import torch
+
+from decodelab.validation import as_scalar
 
 _DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.float64: 8, torch.float8_e4m3fn: 1}
 
 
-def _check_positive_int(name: str, value: object) -> None:
+def _check_int(name: str, value: object, low: int = 1) -> int:
+    """`value` as an int >= `low` (numpy and 0-d torch integers too): TypeError for a non-int, ValueError below."""
+    value = as_scalar(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return value
 
 
 def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens: int, dtype_bytes: int) -> int:
@@ -28,14 +35,9 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens
     `kv_cache_bytes(32, 8, 128, 1, 2) == 131072` bytes, i.e. 128 KiB per token.
     Taught in: chapters/06-prefill-decode-kv-cache.ipynb
     """
-    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("dtype_bytes", dtype_bytes)):
-        _check_positive_int(name, value)
-    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int):
-        raise TypeError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
-    if num_tokens < 0:
-        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * dtype_bytes
+    sizes = [_check_int(name, value) for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
+                                                          ("head_dim", head_dim), ("dtype_bytes", dtype_bytes))]
+    return 2 * math.prod(sizes) * _check_int("num_tokens", num_tokens, low=0)
 
 
 def model_kv_shape(config) -> tuple[int, int, int]:
@@ -73,12 +75,15 @@ class ContiguousKVCache:
 
     def __init__(self, num_layers: int, batch_size: int, max_len: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
-        for name, value in (("num_layers", num_layers), ("batch_size", batch_size), ("max_len", max_len),
-                            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
-            _check_positive_int(name, value)
-        self.max_len = max_len
+        shape = [_check_int(name, value) for name, value in (
+            ("num_layers", num_layers), ("batch_size", batch_size), ("max_len", max_len),
+            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim))]
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch.dtype (K and V are real numbers; an integer cache would "
+                             f"truncate them), got {dtype!r}")
+        self.max_len = shape[2]
         # [num_layers, 2 (K, V), batch, max_len, kv_heads, head_dim]
-        self.data = torch.zeros(num_layers, 2, batch_size, max_len, num_kv_heads, head_dim, dtype=dtype, device=device)
+        self.data = torch.zeros(shape[0], 2, *shape[1:], dtype=dtype, device=device)
         self.length = 0  # positions written so far (the same for every sequence in the batch)
 
     @property
@@ -87,12 +92,21 @@ class ContiguousKVCache:
         return self.data.numel() * self.data.element_size()
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v ([B, T, kv_heads, head_dim]) at positions start.., return all keys/values [B, start+T, ...]."""
-        if not 0 <= layer < self.data.shape[0]:
-            raise ValueError(f"layer must be in [0, {self.data.shape[0]}), got {layer}")
+        """Write k, v ([B, T, kv_heads, head_dim], in the cache's dtype: nothing is cast silently) at positions
+        start.., return all keys/values [B, start+T, ...]."""
+        layer, start = as_scalar(layer), as_scalar(start)
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.data.shape[0]:
+            raise ValueError(f"layer must be in [0, {self.data.shape[0]}), got {layer!r}")
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= self.max_len:
+            raise ValueError(f"start must be an int in [0, max_len={self.max_len}], got {start!r}")
+        if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+            raise TypeError(f"k and v must be tensors, got {type(k).__name__} and {type(v).__name__}")
         if k.shape != v.shape or k.dim() != 4 or k.shape[0] != self.data.shape[2] or k.shape[2:] != self.data.shape[4:]:
             raise ValueError(f"k and v must both have shape [B={self.data.shape[2]}, T, {self.data.shape[4]}, "
                              f"{self.data.shape[5]}], got {tuple(k.shape)} and {tuple(v.shape)}")
+        if k.dtype != self.data.dtype or v.dtype != self.data.dtype:
+            raise ValueError(f"k and v must have the cache's dtype {self.data.dtype} (cast them first, or build the "
+                             f"cache with their dtype), got {k.dtype} and {v.dtype}")
         end = start + k.shape[1]
         if start < 0 or end > self.max_len:
             raise ValueError(f"positions {start}..{end - 1} must lie in [0, max_len={self.max_len})")

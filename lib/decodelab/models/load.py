@@ -21,6 +21,7 @@ TINY_ZH = ASSETS / "tiny-zh"
 # The course's own models: tiny-zh knows single sentences (context 256), tiny-zh-doc whole documents (context 512);
 # chapter 05's small twins are trained to fall short of the truth (plain, soft targets, DAgger).
 SHIPPED = ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
@@ -70,6 +71,20 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
+def _check_model_folder(folder: Path) -> None:
+    """A local model folder must hold what `save_pretrained` writes: refused here, not by a tokenizer error."""
+    missing = [what for what, patterns in (
+        ("config.json", ("config.json",)),
+        ("weights (*.safetensors or pytorch_model*.bin)", ("*.safetensors", "pytorch_model*.bin")),
+        ("tokenizer files (tokenizer.json, tokenizer_config.json, ...)", TOKENIZER_FILES),
+    ) if not any(any(folder.glob(pattern)) for pattern in patterns)]
+    if missing:
+        raise FileNotFoundError(f"model folder {str(folder)!r} has no {' and no '.join(missing)}; a model folder holds "
+                                "config.json, the weights (model.safetensors or pytorch_model.bin, or their shards) "
+                                "and the tokenizer's files, as model.save_pretrained and tokenizer.save_pretrained "
+                                "write them")
+
+
 def _locate(name: str) -> str:
     """A local directory for `name`: the assets, a local path, or the snapshot in the HF cache (else the id)."""
     if name in SHIPPED:
@@ -79,7 +94,9 @@ def _locate(name: str) -> str:
                                     f"run `python -m decodelab.models.train --model {name}` to train them")
         return str(folder)
     if Path(name).expanduser().is_dir():
-        return str(Path(name).expanduser())
+        folder = Path(name).expanduser()
+        _check_model_folder(folder)
+        return str(folder)
     if name.startswith(("/", ".", "~")) or os.sep + os.sep in name:
         raise FileNotFoundError(f"model path {name!r} is not a directory; pass an existing local path, "
                                 "a hub id like 'Qwen/Qwen2.5-0.5B-Instruct', or 'tiny-zh'")
