@@ -32,6 +32,7 @@ from decodelab.decoding.generate import generate
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.toy.sentences import ToyLanguage
 from decodelab.toy.documents import DocumentLanguage
+from decodelab.validation import as_scalar, check_int
 
 SENTENCE_ENDS = frozenset("。！？”")  # every sentence of the grammar ends with one; "？”" is the only run of two
 DOCUMENT_SEED = 404_000_004  # held-out documents: training draws seeds seed * 1_000_000 + step (decodelab.models.train)
@@ -140,8 +141,10 @@ def forced_inputs(model, tokenizer, docs: DocumentLanguage, n: int, seed: int, s
     """`n` held-out documents (drawn with `seed`), each cut at `forced_position(..., start)`, with the characters
     to force there. The model picks the wrong and the substitute character by its own probabilities (at T = 1),
     so the wrong one is a mistake this model could make."""
+    n = as_scalar(n)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
+    start = check_int(start, "start", low=1)
     documents, prefixes, originals = [], [], []
     for document in docs.sample(2 * n + 20, seed=seed):
         k = forced_position(docs, document, start)
@@ -173,7 +176,10 @@ def continue_and_judge(model, tokenizer, lang: ToyLanguage, prefixes: Sequence[s
                        temperature: float = 1.0, max_tokens: int = 60, seed: int = 0) -> list[Judged]:
     """Force `forced[i]` after `prefixes[i]` (None: force nothing, the model writes that token itself), let the
     model go on for `max_tokens` tokens (row i samples with seed `seed + i`), and judge what it wrote after."""
-    starts = list(prefixes) if forced is None else [p + f for p, f in zip(prefixes, forced, strict=True)]
+    if forced is not None and len(forced) != len(prefixes):
+        raise ValueError(f"forced must be None or hold one token per prefix: {len(prefixes)} expected, got "
+                         f"{len(forced)}")
+    starts = list(prefixes) if forced is None else [p + f for p, f in zip(prefixes, forced)]
     params = [SamplingParams(temperature=temperature, seed=seed + i, max_tokens=max_tokens + (forced is None))
               for i in range(len(starts))]
     judged = []
@@ -186,6 +192,9 @@ def continue_and_judge(model, tokenizer, lang: ToyLanguage, prefixes: Sequence[s
 
 def error_rate(judged: Sequence[Judged], first: int = 1, last: int | None = None) -> float:
     """Errors per judged token ("ok" or "error") at distances `first`..`last` after the forced token, pooled."""
+    first = check_int(first, "first")
+    if last is not None and check_int(last, "last") < first:
+        raise ValueError(f"last must be None or an int >= first ({first}), got {last!r}")
     errors = judged_tokens = 0
     for j in judged:
         window = j.statuses[first - 1:last]

@@ -29,7 +29,7 @@ import torch
 import traitlets
 
 from decodelab.toy.sentences import ToyLanguage
-from decodelab.validation import check_int
+from decodelab.validation import as_int_list, check_index, check_int, check_records
 from decodelab.book.widgets.esm import ESM_PRELUDE
 
 _HERE = pathlib.Path(__file__).parent
@@ -137,6 +137,10 @@ def inject_and_continue(lang: ToyLanguage, texts: Sequence[str], positions: Sequ
     _check_texts(texts, lang)
     if substitute not in ("forbidden", "valid"):
         raise ValueError(f"substitute must be 'forbidden' or 'valid', got {substitute!r}")
+    checked = as_int_list(positions)
+    if not checked or min(checked) < 0:
+        raise ValueError(f"positions must be a non-empty list of ints >= 0, got {positions!r}")
+    positions = checked
     rng = random.Random(seed)
     cases = [(text, k, forbidden_char(lang, text[:k], rng) if substitute == "forbidden"
               else valid_substitute(lang, text[:k], text[k], rng))
@@ -144,7 +148,10 @@ def inject_and_continue(lang: ToyLanguage, texts: Sequence[str], positions: Sequ
     cases = [case for case in cases if case[2] is not None]
     if not cases:
         raise ValueError(f"no text is longer than the positions {list(positions)}")
-    continuations = continue_fn([text[:k] + wrong for text, k, wrong in cases])
+    continuations = list(continue_fn([text[:k] + wrong for text, k, wrong in cases]))
+    if len(continuations) != len(cases) or not all(isinstance(c, str) for c in continuations):
+        raise ValueError(f"continue_fn must return one string per prefix: {len(cases)} expected, got "
+                         f"{len(continuations)} ({[type(c).__name__ for c in continuations][:5]})")
     return [Injection(text, k, wrong, cont, lang.is_valid(text[:k + 1] + cont) if _known(lang, cont) else False,
                       lang.is_valid(text[:k] + wrong + cont) if _known(lang, cont) else False)
             for (text, k, wrong), cont in zip(cases, continuations)]
@@ -235,6 +242,7 @@ class DriftExplorer(anywidget.AnyWidget):
     lecture = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, runs: Sequence[Mapping], *, run_index: int = 0, lecture: bool = False) -> None:
+        runs = check_records(runs, "runs", "position_errors (as dicts)")
         if not runs:
             raise ValueError("runs must hold at least one free-running result, got none")
         for run in runs:
@@ -242,8 +250,7 @@ class DriftExplorer(anywidget.AnyWidget):
             if missing or not all(isinstance(run[k], Mapping) for k in ("teacher_forcing", "free_running")):
                 raise ValueError("each run needs temperature, teacher_forcing and free_running (PositionErrors as "
                                  f"dicts, see asdict), valid and nll; got {sorted(run)}")
-        if isinstance(run_index, bool) or not isinstance(run_index, int) or not 0 <= run_index < len(runs):
-            raise ValueError(f"run_index must be an int in [0, {len(runs)}), got {run_index!r}")
+        run_index = check_index(run_index, "run_index", len(runs))
         super().__init__(
             runs=[{"temperature": float(r["temperature"]), "valid": round(float(r["valid"]), 6),
                    "nll": round(float(r["nll"]), 6),

@@ -17,7 +17,7 @@ import anywidget
 import numpy as np
 import traitlets
 
-from decodelab.validation import check_int
+from decodelab.validation import as_scalar, check_int
 
 _HERE = pathlib.Path(__file__).parent
 
@@ -37,18 +37,20 @@ class ExplorerParams:
     min_p: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_k", "top_p", "min_p"):  # numpy and torch scalars are numbers too
+            object.__setattr__(self, name, as_scalar(getattr(self, name)))
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)):
             raise TypeError(f"temperature must be a number, got {type(self.temperature).__name__}")
         if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)):
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
             raise TypeError(f"top_k must be an int (0 = off), got {type(self.top_k).__name__}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not isinstance(self.min_p, (int, float)) or not 0 <= self.min_p < 1:
-            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.min_p, bool) or not isinstance(self.min_p, (int, float)) or not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p!r}")
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,10 @@ class ExplorerState:
 
 
 def _as_logits(logits: Sequence[float] | np.ndarray) -> np.ndarray:
-    array = np.asarray(logits, dtype=np.float64)
+    try:
+        array = np.asarray(logits, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"logits must be a non-empty 1-D sequence of numbers [V], got {logits!r:.100}") from error
     if array.ndim != 1 or array.size == 0:
         raise ValueError(f"logits must be a non-empty 1-D sequence [V], got shape {array.shape}")
     if not np.all(np.isfinite(array)):
@@ -134,18 +139,22 @@ class ExplorerContext:
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label:
             raise ValueError(f"label must be a non-empty str, got {self.label!r}")
+        if isinstance(self.tokens, (str, bytes)) or not isinstance(self.tokens, (Sequence, np.ndarray)):
+            raise TypeError(f"tokens must be a list of str, got {self.tokens!r:.100}")
+        _as_logits(self.logits)
         if len(self.tokens) != len(self.logits):
             raise ValueError(
                 f"tokens and logits must have the same length, got {len(self.tokens)} tokens and {len(self.logits)} logits"
             )
         if any(not isinstance(token, str) for token in self.tokens):
             raise TypeError("tokens must all be str")
-        _as_logits(self.logits)
 
 
 def make_context(label: str, tokens: Sequence[str], logits: Sequence[float] | np.ndarray, decimals: int = 4) -> ExplorerContext:
     """Build a context, rounding logits to `decimals` so the stored widget state is small and reproducible."""
-    check_int(decimals, "decimals", low=0)
+    decimals = check_int(decimals, "decimals", low=0)
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+        raise TypeError(f"tokens must be a list of str, got {tokens!r:.100}")
     rounded = np.round(_as_logits(logits), decimals)
     return ExplorerContext(label=label, tokens=tuple(tokens), logits=tuple(float(x) for x in rounded))
 
@@ -183,12 +192,15 @@ class DistributionExplorer(anywidget.AnyWidget):
         num_bars: int = 12,
         lecture: bool = False,
     ) -> None:
+        if isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
+            raise TypeError(f"contexts must be a list of 1 or 2 ExplorerContext (see make_context), got {contexts!r}")
         if not 1 <= len(contexts) <= 2:
             raise ValueError(f"contexts must hold 1 or 2 ExplorerContext, got {len(contexts)}")
         for context in contexts:
             if not isinstance(context, ExplorerContext):
                 raise TypeError(f"contexts must hold ExplorerContext (see make_context), got {type(context).__name__}")
-        ExplorerParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        params = ExplorerParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        temperature, top_k, top_p, min_p = params.temperature, params.top_k, params.top_p, params.min_p
         low, high = TEMPERATURE_RANGE
         if not low <= temperature <= high:
             raise ValueError(f"temperature must be in [{low}, {high}] (the slider's range), got {temperature}")
@@ -198,7 +210,7 @@ class DistributionExplorer(anywidget.AnyWidget):
             raise ValueError(f"top_k must be in [0, {TOP_K_MAX}] (the slider's range), got {top_k}")
         if min_p > MIN_P_MAX:
             raise ValueError(f"min_p must be in [0, {MIN_P_MAX}] (the slider's range), got {min_p}")
-        check_int(num_bars, "num_bars")
+        num_bars = check_int(num_bars, "num_bars")
         super().__init__(
             contexts=[{"label": c.label, "tokens": list(c.tokens), "logits": list(c.logits)} for c in contexts],
             temperature=float(temperature),

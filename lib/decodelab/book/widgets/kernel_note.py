@@ -59,6 +59,9 @@ class KernelNote(anywidget.AnyWidget):
     def __init__(self, text: str, controls: Sequence[widgets.DOMWidget]) -> None:
         if not isinstance(text, str) or not text:
             raise ValueError(f"text must be a non-empty str, got {text!r}")
+        if (isinstance(controls, (str, bytes)) or not isinstance(controls, Sequence)
+                or not all(isinstance(control, widgets.DOMWidget) for control in controls)):
+            raise TypeError(f"controls must be a list of ipywidgets controls, got {controls!r:.100}")
         super().__init__(text=text)
         self.controls = tuple(controls)
         for control in self.controls:
