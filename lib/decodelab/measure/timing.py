@@ -20,7 +20,7 @@ def synced_seconds(fn: Callable[[], object], device: str | torch.device) -> floa
 
     >>> from decodelab.measure.timing import synced_seconds
     >>> seconds = synced_seconds(lambda: torch.randn(256, 256) @ torch.randn(256, 256), "cpu")   # about 0.0004
-    >>> 0 < seconds < 10
+    >>> seconds > 0                    # a float of seconds; how many depends on the machine
     True
     """
     if not callable(fn):
