@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from decodelab.engine.async_engine import AsyncEngine, EngineFailed, QueueFull
-from decodelab.decoding.detokenize import TextStream, truncate_at_stop
 from decodelab.engine.engine import Engine, TokenEvent
 from decodelab.decoding.request import Completion
 from decodelab.sampling.sampler import SamplingParams
@@ -16,23 +15,6 @@ from decodelab.validation import ParamError
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = ["小明", "小红在", "老师说", "我们"]
-
-
-def test_truncate_at_stop_cuts_before_the_earliest_stop():
-    assert truncate_at_stop("小明喜欢苹果。小红", ("小红", "。")) == ("小明喜欢苹果", True)
-    assert truncate_at_stop("小明", ("。",)) == ("小明", False)
-    assert truncate_at_stop("小明", ()) == ("小明", False)
-
-
-def test_text_stream_never_sends_what_a_stop_string_may_take_back():
-    stream = TextStream(stop=("苹果。",))
-    pieces = [stream.push("小明喜"), stream.push("小明喜欢苹"), stream.push("小明喜欢苹果")]
-    assert pieces == ["小", "明喜", "欢"]              # "苹" and "苹果" could still become "苹果。"
-    assert stream.finish("小明喜欢") == ""              # the stop string came: the text ends before it
-    half = TextStream()
-    assert half.push("好\ufffd") == "好" and half.push("好吗") == "吗"
-    with pytest.raises(AssertionError, match="not a prefix"):
-        half.finish("不好")
 
 
 def test_stop_strings_end_the_text_before_them(tiny):

@@ -2,17 +2,29 @@
 
 A stop string is matched on the decoded text, not on tokens (a stop string can span tokens, and a token can hold
 more than one). The text a request returns ends just before its first stop string, as in OpenAI's API and vLLM.
-A stream must never send text it may have to take back, so `TextStream` holds back the last `len(stop) - 1`
-characters (they could be the start of a stop string) and a trailing U+FFFD (half of a multi-byte character that
-the next byte-level token completes). The chunks a stream sends then join to exactly the final text.
+
+`IncrementalDetokenizer` decodes a sample as its tokens arrive, a few tokens at a time (vLLM's incremental
+detokenizer, in its plain `decode` form): each new token decodes a window that starts at the last point where the
+text was whole, so a sample of n tokens costs O(n) decoding, not the O(n²) of decoding the whole output at every
+token. A window ending in U+FFFD (half of a multi-byte character that a later byte-level token completes) is held
+until it is whole. Stop strings are searched only in the text that the newest piece could have completed.
+
+A stream must never send text it may have to take back, so `push` also holds back the last `len(stop) - 1`
+characters (they could be the start of a stop string). The pieces `push` and `finish` return join to exactly
+`.text`, the request's final text.
 
     >>> truncate_at_stop("小明喜欢苹果。小红", ("。",))
     ('小明喜欢苹果', True)
-    >>> stream = TextStream(stop=("。小",))
-    >>> stream.push("小明喜欢"), stream.push("小明喜欢苹果。"), stream.finish("小明喜欢苹果")
-    ('小明喜', '欢苹果', '')
+    >>> from decodelab.models import load_model
+    >>> _, tokenizer = load_model("tiny-zh", device="cpu")
+    >>> detok = IncrementalDetokenizer(tokenizer, stop=("。小",))
+    >>> [detok.push(t) for t in tokenizer.encode("小明喜欢苹果。小", add_special_tokens=False)]
+    ['', '小', '明', '喜', '欢', '苹', '果', '']
+    >>> detok.stopped, detok.text, detok.finish()
+    (True, '小明喜欢苹果', '')
 
-Used by: decodelab.engine.engine (stop strings), decodelab.serve.app (streamed text).
+Used by: decodelab.decoding.generate and decodelab.engine (stop strings, streamed text), decodelab.serve.app.
+Taught in: chapters/07c-serving.ipynb
 """
 from __future__ import annotations
 
@@ -27,25 +39,75 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:min(hits)], True) if hits else (text, False)
 
 
-class TextStream:
-    """The text of one streamed sample, sent in pieces that never have to be taken back."""
+class IncrementalDetokenizer:
+    """The text of one sample, decoded token by token, cut before its first stop string.
 
-    def __init__(self, stop: Sequence[str] = ()) -> None:
-        self.holdback = max((len(s) for s in stop), default=1) - 1
-        self.sent = ""
+    tokenizer: anything with `decode(ids, skip_special_tokens=...)` (a transformers tokenizer).
+    stop: the stop strings; `stopped` turns True at the token that completes one, and `text` ends before it.
+    """
 
-    def push(self, text: str) -> str:
-        """The new piece to send now that the whole text so far (stop strings already cut) is `text`."""
-        safe = text[:len(text) - self.holdback] if self.holdback else text
-        safe = safe.rstrip(REPLACEMENT_CHAR)
-        if len(safe) <= len(self.sent) or not safe.startswith(self.sent):
-            return ""
-        delta, self.sent = safe[len(self.sent):], safe
-        return delta
+    def __init__(self, tokenizer, stop: Sequence[str] = (), skip_special_tokens: bool = True) -> None:
+        if not callable(getattr(tokenizer, "decode", None)):
+            raise TypeError(f"tokenizer must have a decode method (a transformers tokenizer), "
+                            f"got {type(tokenizer).__name__}")
+        if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop must be a sequence of non-empty strings, got {stop!r}")
+        if not isinstance(skip_special_tokens, bool):
+            raise TypeError(f"skip_special_tokens must be True or False, got {skip_special_tokens!r}")
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.skip_special_tokens = skip_special_tokens
+        self.token_ids: list[int] = []
+        self.stopped = False
+        self._longest_stop = max((len(s) for s in self.stop), default=0)
+        self._decoded = ""            # the text of token_ids[:_read_offset], whole (never ends in half a character)
+        self._prefix_offset = 0       # the window a new token is decoded in starts here ...
+        self._read_offset = 0         # ... and the text of the tokens before this one is already in _decoded
+        self._cut: int | None = None  # where the first stop string starts in _decoded, once one has matched
+        self._sent = 0                # characters of text that push() has handed out
 
-    def finish(self, text: str) -> str:
-        """The last piece, given the request's final text; what was sent is always a prefix of it."""
-        if not text.startswith(self.sent):
-            raise AssertionError(f"streamed text {self.sent!r} is not a prefix of the final text {text!r}")
-        delta, self.sent = text[len(self.sent):], text
-        return delta
+    @property
+    def text(self) -> str:
+        """The output text so far: whole characters only, cut before the first stop string."""
+        return self._decoded if self._cut is None else self._decoded[:self._cut]
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=self.skip_special_tokens)
+
+    def _append(self, piece: str) -> None:
+        """Add whole text to the sample; search for a stop string where `piece` could have completed one."""
+        searched_from = max(0, len(self._decoded) - self._longest_stop + 1)
+        self._decoded += piece
+        if self.stop and not self.stopped:
+            cut, self.stopped = truncate_at_stop(self._decoded[searched_from:], self.stop)
+            if self.stopped:
+                self._cut = searched_from + len(cut)
+
+    def _window_text(self) -> tuple[str, str]:
+        """The decoded window before and after the newest tokens (the window starts where the text was whole)."""
+        window = self.token_ids[self._prefix_offset:]
+        return self._decode(window[:self._read_offset - self._prefix_offset]), self._decode(window)
+
+    def push(self, token_id: int) -> str:
+        """Add the sample's next token; return the new text a stream may send now (possibly "")."""
+        if self.stopped:
+            raise RuntimeError("this sample already ended at a stop string; it takes no more tokens")
+        self.token_ids.append(int(token_id))
+        before, after = self._window_text()
+        if len(after) > len(before) and not after.endswith(REPLACEMENT_CHAR):
+            self._append(after[len(before):])
+            self._prefix_offset, self._read_offset = self._read_offset, len(self.token_ids)
+        final = len(self.text) if self.stopped else len(self._decoded) - max(self._longest_stop - 1, 0)
+        piece = self.text[self._sent:max(final, self._sent)]
+        self._sent += len(piece)
+        return piece
+
+    def finish(self) -> str:
+        """The rest of the text once the sample has ended (what push held back); the pieces join to `text`."""
+        if not self.stopped and self._read_offset < len(self.token_ids):   # an unfinished character at the end
+            before, after = self._window_text()
+            self._append(after[len(before):])
+            self._prefix_offset = self._read_offset = len(self.token_ids)
+        piece = self.text[self._sent:]
+        self._sent += len(piece)
+        return piece

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from decodelab.decoding.detokenize import truncate_at_stop
+from decodelab.decoding.detokenize import IncrementalDetokenizer, truncate_at_stop
 from decodelab.sampling.params import SamplingParams
 from decodelab.models.tokenizer import encode_prompt
 from decodelab.validation import ParamError, as_int_list
@@ -99,14 +99,18 @@ def eos_token_ids(model, tokenizer=None) -> set[int]:
 
 
 def finish_reason(params: SamplingParams, token: int, output_ids: Sequence[int], num_tokens: int,
-                  eos_ids: set[int], context: int | None, decode: Callable[[list[int]], str] | None) -> str | None:
+                  eos_ids: set[int], context: int | None,
+                  text: IncrementalDetokenizer | Callable[[list[int]], str] | None) -> str | None:
     """Why a sample ends with `token` (the last of `output_ids`; prompt + output is `num_tokens` long), or None:
-    "stop" for EOS (unless `ignore_eos`), a stop token, or a stop string in the decoded output (`decode` turns ids
-    into text; stop strings need it); "length" for `max_tokens` or a full context."""
+    "stop" for EOS (unless `ignore_eos`), a stop token, or a stop string in the output text (`text`: the sample's
+    IncrementalDetokenizer, already pushed `token`; or a function decoding ids; stop strings need one); "length" for
+    `max_tokens` or a full context."""
     if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
         return "stop"
-    if params.stop and decode is not None and truncate_at_stop(decode(list(output_ids)), params.stop)[1]:
-        return "stop"
+    if params.stop and text is not None:
+        if text.stopped if isinstance(text, IncrementalDetokenizer) else \
+                truncate_at_stop(text(list(output_ids)), params.stop)[1]:
+            return "stop"
     if len(output_ids) >= params.max_tokens or (context is not None and num_tokens >= context):
         return "length"
     return None

@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from decodelab.engine.async_engine import BATCHING, AsyncEngine, EngineFailed, QueueFull, RequestStream
-from decodelab.decoding.detokenize import TextStream, truncate_at_stop
+from decodelab.decoding.detokenize import IncrementalDetokenizer
 from decodelab.engine.engine import Engine, TokenEvent
 from decodelab.serve.protocol import (CompletionRequest, choice_json, completion_id, completion_json, error_body,
                                        logprobs_json, usage_json)
@@ -196,8 +196,7 @@ async def _stream(runner: AsyncEngine, streams: list[RequestStream], request_id:
 
     n = streams[0].params.n
     stop = streams[0].params.stop
-    texts = {}                                             # choice -> TextStream
-    tokens: dict[int, list[int]] = {}                      # choice -> output token ids
+    texts: dict[int, IncrementalDetokenizer] = {}          # choice -> its text, decoded as the tokens come
     offsets: dict[int, int] = {}                           # choice -> text offset of the next logprobs entry
     forwarders = [asyncio.ensure_future(forward(i, s)) for i, s in enumerate(streams)]
     prompt_tokens = completion_tokens = 0
@@ -214,12 +213,11 @@ async def _stream(runner: AsyncEngine, streams: list[RequestStream], request_id:
                 continue
             event: TokenEvent = item
             choice = index * n + event.sample_index
-            ids = tokens.setdefault(choice, [])
-            ids.append(event.token_id)
             completion_tokens += 1
-            stream_text = texts.setdefault(choice, TextStream(stop))
-            text = truncate_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stop)[0]
-            delta = stream_text.push(text) if event.finish_reason is None else stream_text.finish(text)
+            text = texts.setdefault(choice, IncrementalDetokenizer(tokenizer, stop))
+            delta = text.push(event.token_id)
+            if event.finish_reason is not None:
+                delta += text.finish()
             logprobs = None
             if event.logprob is not None:
                 logprobs = logprobs_json([event.logprob], tokenizer, offsets.get(choice, 0))
