@@ -9,8 +9,9 @@ ends are wasted too (over-reservation).
 - `FirstFitSlab` is the allocator: a slab of `num_slots` token slots, free extents kept sorted by start; `allocate`
   takes the first extent that is long enough, `free` merges the run back with its free neighbours.
 - `Reservation` is one sequence's run of slots. It has the methods the scheduler calls on a `BlockTable`
-  (`can_append`, `append`, `release`, `match_prefix`), with blocks of one slot, so the same scheduler and the same
-  model forward serve both layouts: token i of a sequence lives in slot start + i.
+  (`decodelab.kv.protocols.KVTable`: `can_append`, `append`, `release`, `match_prefix`), with blocks of one slot, so
+  the same scheduler and the same model forward serve both layouts: token i of a sequence lives in slot start + i.
+  The slab counts the slots each run has written (`write`), so `filled_slots()` needs no help from outside.
 
     slab = FirstFitSlab(num_slots=10)
     a, b = slab.allocate(4), slab.allocate(4)   # 0, 4
@@ -41,7 +42,8 @@ class FirstFitSlab:
         self.num_slots = check_int(num_slots, "num_slots")
         self._free: list[tuple[int, int]] = [(0, num_slots)]   # (start, length), sorted by start, never adjacent
         self._held: dict[int, int] = {}                        # start -> length of each reservation
-        self._filled = 0                                       # slots written, kept by `Reservation`
+        self._written: dict[int, int] = {}                     # start -> slots of that reservation written
+        self._filled = 0                                       # sum of _written, kept by write() and free()
 
     # -- the counters BlockPool also has -------------------------------------------------------------------
     @property
@@ -98,13 +100,25 @@ class FirstFitSlab:
         else:
             self._free[index] = (start + size, length - size)
         self._held[start] = size
+        self._written[start] = 0
         return start
+
+    def write(self, start: int, num_slots: int) -> None:
+        """Record that `num_slots` more slots of the run at `start` now hold a token's K/V."""
+        if start not in self._held:
+            raise ValueError(f"start must be the start of a held run {sorted(self._held)}, got {start!r}")
+        if self._written[start] + num_slots > self._held[start]:
+            raise ValueError(f"the run at {start} holds {self._held[start]} slots; {self._written[start]} are "
+                             f"written, {num_slots} more do not fit")
+        self._written[start] += num_slots
+        self._filled += num_slots
 
     def free(self, start: int) -> None:
         """Give back the run that starts at `start`, merging it with free neighbours."""
         if isinstance(start, bool) or not isinstance(start, int) or start not in self._held:
             raise ValueError(f"start must be the start of a held run {sorted(self._held)}, got {start!r}")
         size = self._held.pop(start)
+        self._filled -= self._written.pop(start)
         index = bisect.bisect_left(self._free, (start, 0))
         if index < len(self._free) and self._free[index][0] == start + size:    # merge with the run after
             size += self._free.pop(index)[1]
@@ -166,7 +180,7 @@ class Reservation:
             self.start = pool.allocate(self.size)
         slots = list(range(self.start + self.num_tokens, self.start + self.num_tokens + len(token_ids)))
         self.num_tokens += len(token_ids)
-        pool._filled += len(token_ids)
+        pool.write(self.start, len(token_ids))
         return slots, []
 
     def fork(self, pool: FirstFitSlab) -> Reservation:
@@ -176,6 +190,5 @@ class Reservation:
         """Free the whole run (admission reserved it, finishing or preemption gives it back)."""
         if self.start is not None:
             pool.free(self.start)
-            pool._filled -= self.num_tokens
         self.start = None
         self.num_tokens = 0
