@@ -92,7 +92,8 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
     requests with temperature-1 sampling, seeded (each request its own generator, as a server runs a request that
     sets `seed`) or not (one noise tensor for the batch, as nano-vllm always draws). Also where the rest goes:
     scheduling, building the step's batch, sampling (with the Exponential(1) noise of its draw on its own),
-    postprocessing, and the engine's cost per step in microseconds. nano-vllm reaches about 1.1x on a GPU."""
+    postprocessing (`Scheduler.update_from_output`), and the engine's cost per step in microseconds. nano-vllm
+    reaches about 1.1x on a GPU."""
     from decodelab.sampling import sampler as sampling
 
     engine = Engine(model, block_size=16, max_num_seqs=batch)
@@ -114,8 +115,8 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
     timed(engine.runner, "forward", "forward")
     timed(engine.runner, "run", "run (batch + forward)")
     timed(engine.scheduler, "schedule", "schedule")
-    timed(engine.scheduler, "postprocess", "postprocess")
-    timed(engine, "_sample", "sample")
+    timed(engine.scheduler, "update_from_output", "postprocess")
+    timed(engine.drawer, "sample", "sample")
     timed(sampling, "_exponential_noise", "sample: noise")   # a module function: put back below
     try:
         for i, (prompt, out) in enumerate(requests):

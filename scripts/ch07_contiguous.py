@@ -72,9 +72,11 @@ def run(model, prompts, params, kv_layout: str, reserve: str, num_blocks: int, b
 
     engine.runner.forward = timed_forward
     steps, holdings = [], []          # per step: counters; (seq_id, reserved, written) of every holder
+    done = {}
     start = time.perf_counter()
     while engine.has_unfinished():
         out = engine.step()
+        done |= {c.request_id: c for c in out.finished}
         running = engine.scheduler.running
         waiting = engine.scheduler.waiting
         if kv_layout == "contiguous":
@@ -102,7 +104,7 @@ def run(model, prompts, params, kv_layout: str, reserve: str, num_blocks: int, b
             step["reserved_later"], step["over_reserved"] = 0, 0
             step["internal"] = step["held"] - step["live"]
         step["free"] = cap - step["held"] - step["external"]
-    completions = [engine.completed[r] for r in sorted(engine.completed)]
+    completions = [done[r] for r in sorted(done)]
     generated = sum(len(c.token_ids) for c in completions)
     share = {part: float(np.mean([s[part] for s in steps])) / cap for part in PARTS}
     every = -(-len(steps) // 400)                 # the stored trace: at most 400 steps, as columns

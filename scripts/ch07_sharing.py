@@ -53,11 +53,12 @@ def saving(model, requests, n: int, seed: int) -> dict:
         engine.add_request(prompt, SamplingParams(temperature=1.0, seed=seed + 100 * i, n=n, max_tokens=max_tokens,
                                                   ignore_eos=ignore_eos))
     used = unshared = 0
+    done = {}
     while engine.has_unfinished():
-        engine.step()
+        done |= {c.request_id: c for c in engine.step().finished}
         used += engine.pool.num_used_blocks
         unshared += sum(len(v.block_ids) for v in engine.sequences() if v.status == "running")
-    completions = [engine.completed[r] for r in sorted(engine.completed)]
+    completions = [done[r] for r in sorted(done)]
     outputs = [len(s.token_ids) for c in completions for s in (c.samples or (c,))]
     return {"n": n, "saving": 1 - used / unshared, "mean_output_tokens": float(np.mean(outputs))}
 

@@ -82,7 +82,7 @@ def test_check_request_names_the_field(tiny):
 async def _serve_all(runner: AsyncEngine, prompts, params) -> tuple[list[Completion], int]:
     """Submit all prompts at once and collect their completions; also the most sequences seen running at once."""
     await runner.start()
-    streams = runner.submit([(runner.engine.check_request(p, params), params) for p in prompts])
+    streams = runner.submit([runner.engine.check_request(p, params) for p in prompts])
     peak = 0
 
     async def collect(stream):
@@ -120,8 +120,8 @@ def test_static_batching_waits_for_the_whole_batch(tiny):
 
     async def run():
         await runner.start()
-        streams = runner.submit([(engine.check_request("小明", SamplingParams(max_tokens=m, ignore_eos=True)),
-                                  SamplingParams(max_tokens=m, ignore_eos=True)) for m in lengths])
+        streams = runner.submit([engine.check_request("小明", SamplingParams(max_tokens=m, ignore_eos=True))
+                                 for m in lengths])
 
         async def watch(i, stream):
             async for item in stream:
@@ -141,13 +141,13 @@ def test_queue_limit_refuses_all_or_nothing(tiny):
     engine = Engine(model, tokenizer, max_num_seqs=1)
     runner = AsyncEngine(engine, max_queue_len=2)
     params = SamplingParams(max_tokens=4)
-    ids = engine.check_request("小明", params)
+    request = engine.check_request("小明", params)
 
     async def run():
         await runner.start()
         with pytest.raises(QueueFull, match="the limit is 2"):
-            runner.submit([(ids, params)] * 3)
-        streams = runner.submit([(ids, params)] * 2)
+            runner.submit([request] * 3)
+        streams = runner.submit([request] * 2)
         for stream in streams:
             async for _ in stream:
                 pass
@@ -168,11 +168,11 @@ def test_abort_while_waiting_and_while_running_frees_everything(tiny):
     engine = Engine(model, tokenizer, max_num_seqs=1)
     runner = AsyncEngine(engine)
     long = SamplingParams(max_tokens=200, ignore_eos=True)
-    ids = engine.check_request("小明", long)
+    request = engine.check_request("小明", long)
 
     async def run():
         await runner.start()
-        running, waiting = runner.submit([(ids, long), (ids, long)])
+        running, waiting = runner.submit([request, request])
         async for item in running:             # the first token: it runs, the second waits behind it
             break
         runner.abort(waiting)
@@ -190,7 +190,7 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(tiny, monkeypatch
     engine = Engine(model, tokenizer)
     runner = AsyncEngine(engine)
     params = SamplingParams(temperature=0, max_tokens=5)
-    ids = engine.check_request("小明", params)
+    request = engine.check_request("小明", params)
     real_step, calls = engine.step, []
 
     def flaky_step():
@@ -203,11 +203,11 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(tiny, monkeypatch
 
     async def run():
         await runner.start()
-        [doomed] = runner.submit([(ids, params)])
+        [doomed] = runner.submit([request])
         with pytest.raises(EngineFailed, match="engine step failed: RuntimeError: out of memory"):
             async for _ in doomed:
                 pass
-        [after] = runner.submit([(ids, params)])
+        [after] = runner.submit([request])
         items = [item async for item in after]
         await runner.stop()
         return items[-1]

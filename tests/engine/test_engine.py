@@ -92,9 +92,10 @@ def test_n_samples_share_prompt_blocks(random_llama, prompts):
     second = engine.step()                                 # each sample copies the shared last block on write
     assert second.kind == "decode" and engine.pool.num_used_blocks == 7 + 3
     assert len({t[-1] for t in second.block_tables.values()}) == 3
+    finished = [*first.finished, *second.finished]
     while engine.has_unfinished():
-        engine.step()
-    [done] = engine.completed.values()
+        finished += engine.step().finished
+    [done] = finished
     assert len(done.samples) == 3 and done.token_ids == done.samples[0].token_ids
     # sample i of a seeded request is the single request seeded with sample_seed(seed, i); the samples differ
     for i, sample in enumerate(done.samples):
@@ -115,10 +116,11 @@ def test_requests_join_between_steps(random_llama, prompts, references):
     assert engine.step().kind == "prefill"
     joint = engine.step()
     assert joint.kind == "decode" and len(joint.new_tokens) == 2
+    done = {}
     while engine.has_unfinished():
-        engine.step()
-    assert engine.completed[first].token_ids == references[3]
-    assert engine.completed[second].token_ids == references[7]
+        done |= {c.request_id: c for c in engine.step().finished}
+    assert done[first].token_ids == references[3]
+    assert done[second].token_ids == references[7]
 
 
 def test_stop_tokens_and_lengths(random_llama, prompts, references):
@@ -134,9 +136,17 @@ def test_stop_tokens_and_lengths(random_llama, prompts, references):
     assert len(out.token_ids) == 2 and out.finish_reason == "length"
 
 
-def test_bad_input_leaves_other_requests_intact(random_llama, prompts, references):
+def test_bad_input_leaves_other_requests_intact(random_llama, prompts, references, monkeypatch):
     engine = Engine(random_llama, block_size=4, num_blocks=20, max_num_seqs=4)
     good = engine.add_request(prompts[6], GREEDY)
+    done, step = {}, engine.step
+
+    def recording_step():                                  # generate() consumes the outputs that report `good`
+        out = step()
+        done.update((c.request_id, c) for c in out.finished)
+        return out
+
+    monkeypatch.setattr(engine, "step", recording_step)
     engine.step()
     context = random_llama.config.max_position_embeddings
     bad = [
@@ -159,7 +169,7 @@ def test_bad_input_leaves_other_requests_intact(random_llama, prompts, reference
     assert other.token_ids == references[2]
     while engine.has_unfinished():
         engine.step()
-    assert engine.completed[good].token_ids == references[6]
+    assert done[good].token_ids == references[6]
     check_all_free(engine)
     with pytest.raises(ValueError, match="block_size must be an int >= 1"):
         Engine(random_llama, block_size=0)
@@ -214,7 +224,7 @@ def test_abort_frees_blocks_and_ctrl_c_leaves_the_engine_clean(random_llama, mon
     engine.step()
     engine.abort(running)
     engine.abort(waiting)
-    assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.completed
+    assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.scheduler.requests
     with pytest.raises(KeyError, match="is not in flight"):
         engine.abort(running)
 
@@ -230,7 +240,7 @@ def test_abort_frees_blocks_and_ctrl_c_leaves_the_engine_clean(random_llama, mon
     with pytest.raises(KeyboardInterrupt):
         engine.generate([[1, 7, 9], [1, 8]], SamplingParams(max_tokens=30, ignore_eos=True))
     monkeypatch.undo()
-    assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.completed
+    assert not engine.has_unfinished() and engine.pool.num_used_blocks == 0 and not engine.scheduler.requests
     [again] = engine.generate([[1, 7, 9]], SamplingParams(temperature=0.0, max_tokens=5))
     assert len(again.token_ids) == 5
 

@@ -72,13 +72,13 @@ def check_pool(engine, seen):
 def run_checked(engine, prompts, params):
     """Engine.generate's loop, checking the pool after every step; returns completions in prompt order."""
     ids = [engine.add_request(p, q) for p, q in zip(prompts, params)]
-    seen = {}
+    seen, done = {}, {}
     while engine.has_unfinished():
-        engine.step()
+        done |= {c.request_id: c for c in engine.step().finished}
         seen |= {seq.seq_id: seq for seq in (*engine.scheduler.running, *engine.scheduler.waiting)}
         check_pool(engine, seen)
     assert engine.pool.num_free_blocks == engine.pool.num_blocks and max(engine.pool.ref_counts) == 0
-    return [engine.completed.pop(i) for i in ids]
+    return [done[i] for i in ids]
 
 
 @pytest.mark.parametrize("gamma", [1, 4])
@@ -166,15 +166,16 @@ def test_logprobs_and_events_match_the_engine_without_speculation(models):
     plain = Engine(models["target"], models["tokenizer"]).generate(prompts, params)
     engine = Engine(models["target"], models["tokenizer"], speculative=SpeculativeConfig(models["small"], 4))
     ids = [engine.add_request(p, params) for p in prompts]
-    events, drafted, accepted = [], 0, 0
+    events, drafted, accepted, done = [], 0, 0, {}
     while engine.has_unfinished():
         out = engine.step()
+        done |= {c.request_id: c for c in out.finished}
         events += out.events
         drafted += sum(map(len, out.drafts.values()))
         accepted += sum(out.accepted.values())
     assert (drafted, accepted) == (engine.stats.speculative.drafted, engine.stats.speculative.accepted) != (0, 0)
     for request_id, base in zip(ids, plain):
-        out = engine.completed.pop(request_id)
+        out = done[request_id]
         assert [e.token_id for e in events if e.request_id == request_id] == out.token_ids == base.token_ids
         assert [e.finish_reason for e in events if e.request_id == request_id][-1] == base.finish_reason
         for mine, theirs in zip(out.logprobs, base.logprobs):

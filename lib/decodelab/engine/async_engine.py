@@ -10,7 +10,7 @@ completely, then up to `max_num_seqs` sequences start together.
 
     engine = AsyncEngine(Engine(model, tokenizer), max_queue_len=256)
     await engine.start()
-    [stream] = engine.submit([(prompt_ids, SamplingParams(max_tokens=20))])
+    [stream] = engine.submit([engine.engine.check_request(prompt_ids, SamplingParams(max_tokens=20))])
     async for item in stream:            # TokenEvent per token, then the Completion
         ...
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decodelab.engine.engine import Engine, StepOutput, TokenEvent
+from decodelab.engine.engine import CheckedRequest, Engine, StepOutput, TokenEvent
 from decodelab.decoding.request import Completion
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.validation import check_int
@@ -47,14 +47,21 @@ class EngineFailed(Exception):
 @dataclass
 class RequestStream:
     """One request in flight: its events arrive on `queue` (TokenEvent..., then a Completion or an exception)."""
-    prompt_ids: list[int]
-    params: SamplingParams
+    request: CheckedRequest
     arrival: float = field(default_factory=time.perf_counter)
     request_id: int | None = None              # the engine's id, once queued there
     first_token: float | None = None           # perf_counter time of the first token of any sample
     last_token: dict[int, float] = field(default_factory=dict)   # sample index -> time of its last token
     done: bool = False
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        return self.request.prompt_ids
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.request.params
 
     def __aiter__(self) -> AsyncIterator[TokenEvent | Completion]:
         return self._events()
@@ -126,16 +133,19 @@ class AsyncEngine:
         """Requests waiting to run: arrived but not handed to the engine, plus the engine's own waiting queue."""
         return len(self._pending) + self.num_waiting
 
-    def submit(self, requests: list[tuple[list[int], SamplingParams]]) -> list[RequestStream]:
-        """Queue (prompt ids, params) pairs that `Engine.check_request` accepted, all or none: raises QueueFull if
-        they would take the queue past `max_queue_len`."""
+    def submit(self, requests: list[CheckedRequest]) -> list[RequestStream]:
+        """Queue requests that the engine's `check_request` accepted (they are not checked again), all or none:
+        raises QueueFull if they would take the queue past `max_queue_len`."""
         if self._task is None:
             raise RuntimeError("the engine loop is not running: await start() first")
         if self.queue_length + len(requests) > self.max_queue_len:
             if self.metrics is not None:
                 self.metrics.refused.inc()
             raise QueueFull(f"{self.queue_length} requests are waiting, the limit is {self.max_queue_len}")
-        streams = [RequestStream(list(ids), params) for ids, params in requests]
+        if not all(isinstance(r, CheckedRequest) for r in requests):
+            raise TypeError(f"requests must be CheckedRequests from engine.check_request, got "
+                            f"{[type(r).__name__ for r in requests]}")
+        streams = [RequestStream(request) for request in requests]
         self._pending.extend(streams)
         self._wake.set()
         return streams
@@ -196,7 +206,7 @@ class AsyncEngine:
                 batch += 1
         for _ in range(batch):
             stream = self._pending.popleft()
-            stream.request_id = self.engine.add_request(stream.prompt_ids, stream.params)
+            stream.request_id = self.engine.add_request(stream.request)
             self._streams[stream.request_id] = stream
         self.num_waiting = self.engine.num_waiting
         self.num_running = self.engine.num_running
@@ -221,7 +231,6 @@ class AsyncEngine:
             stream.last_token[event.sample_index] = now
             stream.queue.put_nowait(event)
         for completion in output.finished:
-            self.engine.completed.pop(completion.request_id, None)
             stream = self._streams.pop(completion.request_id, None)
             if stream is None:
                 continue

@@ -1,14 +1,22 @@
 """A continuous-batching engine over the paged KV cache, vLLM's design in plain PyTorch.
 
-Requests join between steps and leave the moment they finish; each step is a prefill or a decode of every
-running sequence (see `decodelab.engine.scheduler`); blocks that run out trigger preemption by recompute; full
+Requests join between steps and leave the moment they finish: a finished request is reported once, in the
+`StepOutput.finished` of its last step, and the engine keeps nothing of it. Each step is a prefill or a decode of
+every running sequence (see `decodelab.engine.scheduler`); blocks that run out trigger preemption by recompute; full
 prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write).
-`kv_layout="contiguous"` swaps the block pool for the baseline paging replaced (`decodelab.kv.slab`): one slab
-of the same number of slots, each request reserving one run of prompt + max_tokens (or max_model_len) slots at
-admission, first fit; scheduler and model stay the same.
+
+`Engine.step` is one pipeline, top to bottom:
+  plan (`Scheduler.schedule`) -> propose (the speculator; `NoSpeculation` proposes nothing) -> run (`PagedLlama.run`)
+  -> draw (`TokenDrawer`: masks, sampling, logprobs; or the speculator's verify) -> `Scheduler.update_from_output`
+  (the one write of request state) -> the `StepOutput`, built from that state without side effects.
+
+The keywords become an `EngineConfig` (`decodelab.engine.config`), checked once. `kv_layout` picks a
+`decodelab.kv.layout` strategy: "paged", or "contiguous", the baseline paging replaced (one slab of the same number
+of slots, each request reserving one run of prompt + max_tokens, or max_model_len, slots at admission, first fit);
+scheduler and model stay the same.
 `speculative=SpeculativeConfig(draft, gamma)` makes every decode step a speculative round per sequence: a draft model
 (its K/V in the same block pool) or the n-gram draft proposes up to gamma tokens, the target judges them in one
-forward, rejected drafts' slots are rolled back (`decodelab.engine.speculation`).
+forward, rejected drafts' slots are rolled back (`decodelab.engine.speculation`): a strategy of the same step.
 Sampling is `decodelab.sampling.sampler.sample` with one `SamplingParams` per row, so greedy and random requests share
 a batch. A seeded request keeps one generator per sample (sample i of n draws from `sample_seed(seed, i)`), so its
 tokens do not depend on what else is in the batch.
@@ -17,104 +25,44 @@ tokens do not depend on what else is in the batch.
     [c] = engine.generate(["从前"], SamplingParams(temperature=0, max_tokens=20))
     c.text, c.finish_reason, engine.stats.kv_utilization
 
+    request = engine.check_request("小明", SamplingParams(max_tokens=8))   # checked once: a CheckedRequest
+    engine.add_request(request)                                          # queued without a second check
+
 Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-import torch
-
-from decodelab.kv.slab import FirstFitSlab, Reservation
-from decodelab.grammar.base import mask_logits
+from decodelab.decoding.detokenize import IncrementalDetokenizer
+from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
+                                        prompt_token_ids, text_decoder)
+from decodelab.engine.config import EngineConfig, kv_memory_limit
+from decodelab.engine.draw import TokenDrawer
+from decodelab.engine.outputs import EngineStats, SequenceView, StepKind, StepOutput, TokenEvent
+from decodelab.engine.scheduler import Drawn, Schedule, Scheduler, StepUpdate
+from decodelab.engine.sequence import SequenceState
+from decodelab.engine.speculation import Drafts, SpeculativeConfig, make_speculator
 from decodelab.kv.contiguous_cache import kv_bytes_per_token
+from decodelab.kv.layout import make_layout
 from decodelab.runner.model import PagedLlama
-from decodelab.kv.blocks import BlockPool, BlockTable
-from decodelab.decoding.request import (Completion, TokenLogprob, check_vocabulary_ids, eos_token_ids, finish_reason,
-                                output_text, prompt_token_ids, text_decoder)
-from decodelab.sampling.sampler import SamplingBatch, SamplingParams, make_generator, sample
-from decodelab.engine.scheduler import Schedule, Scheduler, SequenceState, Status
-from decodelab.engine.speculation import SpeculativeConfig, SpeculativeStats, Speculator
-from decodelab.sampling.truncation import take_rows
-from decodelab.validation import ParamError, check_int
+from decodelab.sampling.sampler import SamplingParams, make_generator
+from decodelab.validation import ParamError
 
-DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
-KV_LAYOUTS = ("paged", "contiguous")
-RESERVATIONS = ("max_tokens", "max_model_len")
+__all__ = ["CheckedRequest", "Engine", "EngineConfig", "EngineStats", "SequenceView", "StepKind", "StepOutput",
+           "TokenEvent"]
 
 
 @dataclass(frozen=True)
-class TokenEvent:
-    """One token a step produced for one sample of a request, for streaming: what a server sends as it happens."""
-    request_id: int
-    sample_index: int
-    token_id: int
-    logprob: TokenLogprob | None           # when the request asked for logprobs
-    finish_reason: str | None              # set when this token ended the sample
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    num_blocks: int
-    free_blocks: int
-    preemptions: int
-    prefix_cache_hit_tokens: int           # prompt tokens whose K/V came from the prefix cache
-    prefill_tokens: int                    # tokens run through prefill (computed, not cached)
-    decode_tokens: int
-    kv_utilization: float                  # live tokens / allocated slots, mean over non-idle steps
-    steps: int
-    speculative: SpeculativeStats | None = None   # drafts, acceptance, tokens per target forward (with speculation)
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    """What one `Engine.step()` did: the public observation API (the chapter's stepper, the server, metrics).
-    `plan` is the scheduler's decision for the step (`decodelab.engine.scheduler.Schedule`: runs with their slots and
-    prefix-cache hits, block copies, preemptions, forks)."""
-    kind: str                              # "prefill" | "decode" | "idle"
-    new_tokens: dict[int, int]             # seq_id -> last token appended this step (a speculative step may append
-                                           # several: `events` has them all)
-    preempted: tuple[int, ...]             # seq_ids sent back to the waiting queue
-    finished: tuple[Completion, ...]       # requests completed this step
-    block_tables: dict[int, list[int]]     # seq_id -> block ids, for every running sequence after the step
-    live_tokens: int                       # slots holding a token's K/V (shared blocks counted once)
-    allocated_slots: int                   # used blocks × block_size
-    num_running: int                       # sequences holding blocks while the step ran
-    num_waiting: int
-    events: tuple[TokenEvent, ...] = ()    # the new tokens by request and sample, in batch order
-    plan: Schedule | None = None
-    drafts: dict[int, tuple[int, ...]] = field(default_factory=dict)   # seq_id -> drafts proposed (speculative step)
-    accepted: dict[int, int] = field(default_factory=dict)             # seq_id -> how many of them the target kept
-
-
-@dataclass(frozen=True)
-class SequenceView:
-    """An unfinished sequence as observers (the chapter's stepper, scripts, metrics) see it, without the engine's
-    internals: `Engine.sequences()` lists them."""
-    seq_id: int
-    request_id: int
-    sample_index: int
-    status: str                            # "running" (holds blocks) or "waiting" (queued for a prefill)
-    block_ids: tuple[int, ...]             # its block table (a contiguous run's slots when kv_layout="contiguous")
-    num_tokens: int                        # tokens whose K/V its blocks hold
-    num_slots: int                         # slots its table holds (blocks × block_size, or the reservation)
-    num_prompt_tokens: int
-    num_output_tokens: int
-    max_tokens: int
-
-
-def _kv_memory_limit(device: torch.device) -> int | None:
-    """Bytes the K/V cache may take on `device`: free GPU memory, or the machine's available RAM (Linux)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
+class CheckedRequest:
+    """A request an engine has accepted (`Engine.check_request`): its prompt's token ids and its params.
+    `Engine.add_request` (and `AsyncEngine.submit`) queue it without checking it again; only the engine that checked
+    it takes it."""
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    checked_for: EngineConfig = field(repr=False, compare=False)
 
 
 class Engine:
@@ -133,65 +81,45 @@ class Engine:
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention: str = "torch", kv_layout: str = "paged",
                  reserve: str = "max_tokens", speculative: SpeculativeConfig | None = None) -> None:
-        self.runner = PagedLlama(model, attention)
-        self.speculator = None if speculative is None else Speculator(speculative, self.runner)
+        self.runner = PagedLlama(model, attention)                 # checks `attention`
+        self.speculator = make_speculator(speculative, self.runner)  # checks `speculative` against the target
         self.tokenizer = tokenizer
         self.max_model_len = self.runner.max_model_len
-        block_size = check_int(block_size, "block_size")
-        if block_size > self.max_model_len:
-            raise ValueError(f"block_size must be at most the model's context ({self.max_model_len}), got {block_size}")
-        max_num_seqs = check_int(max_num_seqs, "max_num_seqs")
-        if not isinstance(enable_prefix_caching, bool):
-            raise TypeError(f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}")
-        draft_bytes = 0 if self.speculator is None else self.speculator.kv_bytes_per_token
-        bytes_per_block = (kv_bytes_per_token(model.config, self.runner.dtype) + draft_bytes) * block_size
-        if num_blocks is None:
-            affordable = DEFAULT_KV_BYTES // bytes_per_block
-            num_blocks = max(1, min(-(-max_num_seqs * self.max_model_len // block_size), affordable))
-        num_blocks = check_int(num_blocks, "num_blocks")
-        limit = _kv_memory_limit(self.runner.device)
-        if limit is not None and num_blocks * bytes_per_block > limit:
-            raise ValueError(f"num_blocks={num_blocks} needs {num_blocks * bytes_per_block / 2**30:.1f} GiB of K/V, "
-                             f"more than this device can hold ({limit / 2**30:.1f} GiB free); pass fewer blocks")
-        if max_num_batched_tokens is None:
-            max_num_batched_tokens = max(2048, self.max_model_len)
-        max_num_batched_tokens = check_int(max_num_batched_tokens, "max_num_batched_tokens")
-        if max_num_batched_tokens < self.max_model_len:  # no chunked prefill: the longest prompt is one step
-            raise ValueError(f"max_num_batched_tokens must be at least the model's context ({self.max_model_len}), "
-                             f"got {max_num_batched_tokens}")
-        if kv_layout not in KV_LAYOUTS or reserve not in RESERVATIONS:
-            raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
-                             f"got {kv_layout!r} and {reserve!r}")
-        if self.speculator is not None and kv_layout != "paged":
-            raise ValueError(f"speculative decoding needs kv_layout='paged' (rejected drafts give back blocks), "
-                             f"got {kv_layout!r}")
-        self.kv_layout, self.reserve = kv_layout, reserve
-        if kv_layout == "paged":
-            self.block_size = block_size
-            self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
-        else:                                  # the same memory as num_blocks blocks, as one slab of 1-slot blocks
-            self.block_size = 1
-            self.pool = FirstFitSlab(num_blocks * block_size)
+        self.config = EngineConfig(
+            max_model_len=self.max_model_len,
+            kv_bytes_per_token=kv_bytes_per_token(model.config, self.runner.dtype) + self.speculator.kv_bytes_per_token,
+            kv_memory_limit=kv_memory_limit(self.runner.device), block_size=block_size, num_blocks=num_blocks,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            enable_prefix_caching=enable_prefix_caching, kv_layout=kv_layout, reserve=reserve, speculative=speculative)
+        config = self.config
+        self.layout = make_layout(config.kv_layout, config.num_blocks, config.block_size, self.max_model_len,
+                                  config.enable_prefix_caching, config.reserve)
         self.kv_cache = self.runner.allocate_kv_cache(self.pool.num_blocks, self.block_size)  # [L, 2, blocks, block_size, KVH, D]
-        if self.speculator is not None:
-            self.speculator.allocate_kv_cache(self.pool.num_blocks, self.block_size)
-        self.scheduler = Scheduler(self.pool, max_num_seqs, max_num_batched_tokens, self._finish_reason,
-                                   None if self.speculator is None else self.speculator.lookahead)
+        self.speculator.allocate_kv_cache(self.pool.num_blocks, self.block_size)
+        self.scheduler = Scheduler(self.layout, config.max_num_seqs, config.max_num_batched_tokens,
+                                   self._finish_reason, self.speculator.lookahead)
+        self.drawer = TokenDrawer(self.runner.device)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self._decode = text_decoder(tokenizer)
-        self.completed: dict[int, Completion] = {}   # every finished request by id (generate() takes its own out)
-        self._requests: dict[int, list[SequenceState]] = {}
         self._request_ids = itertools.count()
         self._steps = self._prefill_tokens = self._decode_tokens = 0
         self._utilization_sum = 0.0
-        self._sampling_key: tuple[int, ...] | None = None   # the sequences the cached SamplingBatch was built for
-        self._sampling: SamplingBatch | None = None
+
+    @property
+    def pool(self):
+        """The layout's allocator: a `BlockPool` (paged) or a `FirstFitSlab` (contiguous)."""
+        return self.layout.pool
+
+    @property
+    def block_size(self) -> int:
+        """Slots per block as the forward addresses them (1 for the contiguous layout)."""
+        return self.layout.block_size
 
     # -- requests ------------------------------------------------------------------------------------------
     def _prompt_ids(self, prompt, name: str) -> list[int]:
         return prompt_token_ids(prompt, self.tokenizer, name, self.runner.vocab_size, self.max_model_len)
 
-    def _check_request(self, prompt_ids: list[int], params, name: str) -> None:
+    def _checked(self, prompt_ids: list[int], params, name: str) -> CheckedRequest:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
         check_vocabulary_ids(params, self.runner.vocab_size, name)   # stop_token_ids, logit_bias
@@ -201,51 +129,49 @@ class Engine:
         if params.stop and self.tokenizer is None:
             raise ParamError("stop", f"stop strings for {name} need text: give the engine a tokenizer, or use "
                                      f"stop_token_ids")
-        if self.speculator is not None:
-            self.speculator.check_params(params, name)
-        if params.n > self.scheduler.max_num_seqs:
-            raise ParamError("n", f"n for {name} is {params.n}, more than max_num_seqs={self.scheduler.max_num_seqs}")
-        if self.kv_layout == "contiguous":
-            if params.n > 1:
-                raise ParamError("n", f"n for {name} is {params.n}; a contiguous reservation cannot share a prompt, "
-                                      f"use kv_layout='paged' for n > 1")
-            size = self._reservation_size(len(prompt_ids), params)
-            if size > self.pool.num_slots:
-                raise ParamError("max_tokens", f"{name} reserves {size} slots, more than the whole slab of "
-                                               f"{self.pool.num_slots}; lower max_tokens or give the engine more memory")
-            return
-        slots = min(len(prompt_ids) + params.max_tokens - 1, self.max_model_len)
-        blocks = -(-slots // self.block_size)
-        if blocks > self.pool.num_blocks:
-            raise ParamError("max_tokens", f"{name} needs up to {blocks} blocks ({slots} tokens), more than the whole "
-                                           f"pool of {self.pool.num_blocks}; lower max_tokens or give the engine "
-                                           f"more blocks")
+        self.speculator.check_params(params, name)
+        if params.n > self.config.max_num_seqs:
+            raise ParamError("n", f"n for {name} is {params.n}, more than max_num_seqs={self.config.max_num_seqs}")
+        self.layout.check_fits(len(prompt_ids), params.max_tokens, params.n, name)
+        return CheckedRequest(tuple(prompt_ids), params, self.config)
 
-    def _reservation_size(self, num_prompt_tokens: int, params: SamplingParams) -> int:
-        if self.reserve == "max_model_len":
-            return self.max_model_len
-        return min(num_prompt_tokens + params.max_tokens, self.max_model_len)
+    def check_request(self, prompt, params: SamplingParams, name: str = "prompt") -> CheckedRequest:
+        """The request as a `CheckedRequest` (its prompt's token ids and params) if this engine can serve it;
+        otherwise ParamError (a ValueError naming the field: the prompt, `n`, `max_tokens`, `stop`, ...) or
+        TypeError. Reads the engine's configuration only, so a server may call it while a step runs."""
+        return self._checked(self.check_prompt(prompt, name), params, name)
 
-    def check_request(self, prompt, params: SamplingParams, name: str = "prompt") -> list[int]:
-        """The prompt's token ids if this engine can serve the request; otherwise ParamError (a ValueError naming the
-        field: the prompt, `n`, `max_tokens`, `stop`, ...) or TypeError. Reads the engine's configuration only, so a
-        server may call it while a step runs."""
-        prompt_ids = self._prompt_ids(prompt, name)
-        self._check_request(prompt_ids, params, name)
-        return prompt_ids
+    def check_prompt(self, prompt, name: str = "prompt") -> list[int]:
+        """The first half of `check_request`: the prompt's token ids (a string tokenized), checked against the
+        vocabulary and the context. For a caller whose params depend on the prompt (a server's default
+        max_tokens is what the context leaves): `check_params(check_prompt(p), params)` checks each part once."""
+        return self._prompt_ids(prompt, name)
+
+    def check_params(self, prompt_ids: list[int], params: SamplingParams, name: str = "prompt") -> CheckedRequest:
+        """The second half of `check_request`, for `prompt_ids` that `check_prompt` returned (they are not checked
+        again): the params against this engine (vocabulary ids, grammar, stop strings, speculation, n, the KV it
+        would need)."""
+        return self._checked(prompt_ids, params, name)
 
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
-        """Queue a request (a string or token ids) and return its id; it joins the batch at the next step."""
+        """Queue a request and return its id; it joins the batch at the next step. `prompt` is a string or token ids
+        (checked here, with `params`), or a `CheckedRequest` from this engine's `check_request` (not checked again)."""
+        if isinstance(prompt, CheckedRequest):
+            if params is not None:
+                raise TypeError("a CheckedRequest carries its params: pass it alone, add_request(request)")
+            if prompt.checked_for is not self.config:
+                raise ValueError("this CheckedRequest was checked by another engine; check it with this one")
+            return self._add(prompt)
         params = SamplingParams() if params is None else params
-        return self._add(self.check_request(prompt, params), params)
+        return self._add(self.check_request(prompt, params))
 
-    def _add(self, prompt_ids: list[int], params: SamplingParams) -> int:
+    def _add(self, request: CheckedRequest) -> int:
         request_id = next(self._request_ids)
-        table = (BlockTable(self.block_size) if self.kv_layout == "paged"
-                 else Reservation(self._reservation_size(len(prompt_ids), params)))
-        seq = self.scheduler.new_sequence(request_id, prompt_ids, params, table,
-                                          make_generator(params.seed, self.runner.device))
-        self._requests[request_id] = [seq]
+        params = request.params
+        table = self.layout.new_table(len(request.prompt_ids), params.max_tokens)
+        detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop) if params.stop else None
+        seq = self.scheduler.new_sequence(request_id, list(request.prompt_ids), params, table,
+                                          make_generator(params.seed, self.runner.device), detokenizer)
         self.scheduler.add(seq)
         return request_id
 
@@ -262,7 +188,7 @@ class Engine:
 
     @property
     def max_num_seqs(self) -> int:
-        return self.scheduler.max_num_seqs
+        return self.config.max_num_seqs
 
     @property
     def num_waiting(self) -> int:
@@ -277,65 +203,28 @@ class Engine:
     def abort(self, request_id: int) -> None:
         """Stop a request that has not finished (all its samples) and free its blocks at once.
 
-        Raises KeyError for an id that is unknown or already finished (finished ones are in `completed`)."""
-        if request_id not in self._requests:
-            raise KeyError(f"request {request_id!r} is not in flight (unknown, aborted or finished; "
-                           f"finished requests are in engine.completed)")
-        for seq in self._requests.pop(request_id):
-            self.scheduler.abort(seq)
+        Raises KeyError for an id that is unknown, aborted or already finished (reported in a StepOutput)."""
+        if request_id not in self.scheduler.requests:
+            raise KeyError(f"request {request_id!r} is not in flight (unknown, aborted or finished; a finished "
+                           f"request is reported once, in the StepOutput.finished of its last step)")
+        self.scheduler.abort(request_id)
 
     # -- one step ------------------------------------------------------------------------------------------
     def step(self) -> StepOutput:
-        """One iteration, top to bottom: the scheduler plans it, the runner runs the model, the sampler draws,
-        the scheduler postprocesses. Everything about where K/V go is decided before the model runs (`plan`).
-        With speculation, a decode step is `_speculative_decode` (the draft proposes, the target judges, verify
-        draws)."""
-        plan = self.scheduler.schedule()                 # who runs, their slots, block copies, preemptions, forks
-        if plan.kind == "idle":
-            return StepOutput("idle", {}, (), (), {}, 0, 0, 0, self.num_waiting, plan=plan)
-        if self.speculator is not None and plan.kind == "decode":
-            return self._speculative_decode(plan)
-        logits = self.runner.run(plan, self.kv_cache)     # [len(plan.runs), V]; the copies, then one forward
-        if self.speculator is not None:
-            self.speculator.prefill(plan)                 # the draft model's K/V of the same tokens
-        holding = self._account(plan)                    # (live slots, allocated slots, sequences holding blocks)
-        rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
-        row_logits = take_rows(logits, rows)              # [len(seqs), V]; forks draw from their prompt's row
-        row_logits = mask_logits(row_logits, [self._grammar_state(s) for s in seqs])   # requests with a grammar
-        tokens = self._sample(row_logits, seqs)
-        logprobs = self._logprobs(row_logits, seqs, tokens)
-        appended, reasons = self.scheduler.postprocess(plan, [[t] for t in tokens])   # append, finish, free blocks
-        return self._output(plan, seqs, appended, [[lp] for lp in logprobs], reasons, *holding)
-
-    def _speculative_decode(self, plan: Schedule) -> StepOutput:
-        """A decode step with speculation (`decodelab.engine.speculation`): the draft proposes up to
-        `run.num_lookahead` tokens per sequence into the slots the plan holds, the target judges every sequence's last
-        token and drafts in one forward, `verify` keeps a prefix of the drafts and draws one more token, and the
-        scheduler appends them up to a finish and rolls back the slots of the rest."""
-        proposals = self.speculator.propose(plan)         # per run: drafts and their q
-        logits = self.runner.run(plan, self.kv_cache, [p.tokens for p in proposals])   # [sum(1 + k), V]
-        holding = self._account(plan)
-        drawn = self.speculator.verify(plan, proposals, logits)   # per run: kept drafts + the target's token
-        appended, reasons = self.scheduler.postprocess(plan, drawn)
-        self.speculator.record(appended)
-        logprobs, offset = [], 0
-        for seq, proposal, tokens in zip(plan.seqs, proposals, appended):   # token j was drawn from row offset + j
-            logprobs.append(self._logprobs(logits[offset:offset + len(tokens)], [seq] * len(tokens), tokens))
-            offset += len(proposal.tokens) + 1
-        out = self._output(plan, plan.seqs, appended, logprobs, reasons, *holding)
-        return replace(out, drafts={s.seq_id: tuple(p.tokens) for s, p in zip(plan.seqs, proposals)},
-                       accepted={s.seq_id: len(tokens) - 1 for s, tokens in zip(plan.seqs, drawn)})
-
-    @staticmethod
-    def _grammar_state(seq: SequenceState):
-        """The sequence's place in its request's grammar (None without one), started and caught up on first use."""
-        if seq.params.grammar is None:
-            return None
-        if seq.grammar_state is None:
-            seq.grammar_state = seq.params.grammar.start()
-            for token in seq.output_token_ids:
-                seq.grammar_state.advance(token)
-        return seq.grammar_state
+        """One iteration, top to bottom: the scheduler plans it, the speculator proposes drafts (none without
+        speculation), the runner runs the model, the step draws its tokens (sampling, or verifying drafts), the
+        scheduler writes them back, and the output is read off the result. Everything about where K/V go is
+        decided before the model runs (`plan`)."""
+        plan = self.scheduler.schedule()              # who runs, their slots, block copies, preemptions, forks
+        if plan.kind is StepKind.IDLE:
+            return StepOutput.idle(self.num_waiting, plan)
+        drafts = self.speculator.propose(plan)        # per run: drafts into the slots the plan holds
+        logits = self.runner.run(plan, self.kv_cache, drafts.tokens)   # [rows, V]; the copies, then one forward
+        holding = self._account(plan)                 # (live slots, allocated slots, sequences holding blocks)
+        drawn = self.speculator.draw(plan, drafts, logits, self.drawer)   # per sample: tokens and logprobs
+        update = self.scheduler.update_from_output(plan, drawn)          # the one write of request state
+        self.speculator.record(drafts, update)
+        return self._step_output(plan, drafts, drawn, update, *holding)
 
     def _account(self, plan: Schedule) -> tuple[int, int, int]:
         """Count the step's tokens; return, as the model ran, the slots holding live K/V, the slots allocated and
@@ -344,93 +233,54 @@ class Engine:
         self._steps += 1
         self._utilization_sum += live / allocated
         num_new = sum(len(run.token_ids) for run in plan.runs)
-        if plan.kind == "prefill":
+        if plan.kind is StepKind.PREFILL:
             self._prefill_tokens += num_new
         else:
             self._decode_tokens += num_new
         return live, allocated, len(self.scheduler.running)
 
-    def _output(self, plan: Schedule, seqs: list[SequenceState], tokens: list[list[int]],
-                logprobs: list[list[TokenLogprob | None]], reasons: list[str | None], live: int, allocated: int,
-                num_running: int) -> StepOutput:
-        """The step's StepOutput; `tokens` and `logprobs` hold, per sample, what it appended (one token, or several
-        in a speculative step) and `reasons` its finish reason, which belongs to its last token."""
-        for child in plan.forks:                          # the request's other samples, started by this prefill
-            self._requests[child.request_id].append(child)
+    def _step_output(self, plan: Schedule, drafts: Drafts, drawn: Drawn, update: StepUpdate, live: int,
+                     allocated: int, num_running: int) -> StepOutput:
+        """The step's StepOutput, read from the plan, the update and the scheduler's state; writes nothing. A
+        sample's finish reason belongs to the last token it appended."""
         events = []
-        for seq, seq_tokens, seq_logprobs, reason in zip(seqs, tokens, logprobs, reasons):
-            for index, (token, logprob) in enumerate(zip(seq_tokens, seq_logprobs)):
-                token_reason = reason if index == len(seq_tokens) - 1 else None
-                if logprob is not None:
-                    seq.logprobs.append(logprob)
-                if seq.grammar_state is not None and token_reason is None:
-                    seq.grammar_state.advance(token)
-                events.append(TokenEvent(seq.request_id, seq.sample_index, token, logprob, token_reason))
-        ended = dict.fromkeys(seq.request_id for seq, reason in zip(seqs, reasons) if reason is not None)
-        finished = [done for done in map(self._maybe_complete, ended) if done is not None]
-        tables = {s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}
-        return StepOutput(plan.kind, {s.seq_id: t[-1] for s, t in zip(seqs, tokens)},
-                          tuple(s.seq_id for s in plan.preempted), tuple(finished), tables, live, allocated,
-                          num_running, self.num_waiting, tuple(events), plan)
-
-    def _sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
-        batch = self._sampling_batch(seqs)
-        generators = [s.generator for s in seqs]
-        if not batch.has_penalties:
-            return sample(logits, batch, generators).tolist()
-        # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s
-        return sample(logits, batch, generators, [s.output_token_ids for s in seqs],
-                      prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs]).tolist()
-
-    def _sampling_batch(self, seqs: list[SequenceState]) -> SamplingBatch:
-        """The rows' parameters as tensors, rebuilt only when the sequences drawing this step change."""
-        key = tuple(s.seq_id for s in seqs)
-        if self._sampling_key != key:
-            self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.runner.device)
-        return self._sampling
-
-    @staticmethod
-    def _logprobs(logits: torch.Tensor, seqs: list[SequenceState], tokens: list[int]) -> list[TokenLogprob | None]:
-        """Each token's log-probability under the raw logits, with the top alternatives, for rows that asked."""
-        wanted = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
-        out: list[TokenLogprob | None] = [None] * len(seqs)
-        if not wanted:
-            return out
-        logp = torch.log_softmax(logits[wanted].float(), dim=-1)             # [len(wanted), V]
-        chosen = logp.gather(1, torch.tensor([[tokens[i]] for i in wanted], device=logp.device)).squeeze(1).tolist()
-        k = max(seqs[i].params.logprobs for i in wanted)
-        top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
-        top_values, top_ids = top_values.tolist(), top_ids.tolist()
-        for j, i in enumerate(wanted):
-            n = seqs[i].params.logprobs
-            out[i] = TokenLogprob(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_values[j][:n])))
-        return out
+        for (_, seq), tokens, logprobs, reason in zip(plan.samples, update.tokens, update.logprobs, update.reasons):
+            last = len(tokens) - 1
+            events += [TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason if i == last else None)
+                       for i, (token, logprob) in enumerate(zip(tokens, logprobs))]
+        proposed, accepted = drafts.by_sequence(plan, drawn)
+        return StepOutput(
+            kind=plan.kind, new_tokens={seq.seq_id: tokens[-1] for (_, seq), tokens in zip(plan.samples, update.tokens)},
+            preempted=tuple(s.seq_id for s in plan.preempted),
+            finished=tuple(map(self._completion, update.finished)),
+            block_tables={s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}, live_tokens=live,
+            allocated_slots=allocated, num_running=num_running, num_waiting=self.num_waiting, events=tuple(events),
+            plan=plan, drafts=proposed, accepted=accepted)
 
     def _finish_reason(self, seq: SequenceState, token: int) -> str | None:
+        """The finish rule, on `seq` with `token` just appended (and pushed to its detokenizer, which holds the
+        output's text when the request has stop strings)."""
         return finish_reason(seq.params, token, seq.output_token_ids, len(seq.token_ids), self.eos_token_ids,
-                             self.max_model_len, self._decode)
+                             self.max_model_len, seq.detokenizer)
 
-    def _maybe_complete(self, request_id: int) -> Completion | None:
-        seqs = self._requests[request_id]
-        if len(seqs) < seqs[0].params.n or any(s.status is not Status.FINISHED for s in seqs):
-            return None
-        del self._requests[request_id]
+    def _completion(self, seqs: list[SequenceState]) -> Completion:
+        """A finished request's Completion from its samples (by index): sample 0's fields, and all n as `samples`."""
+        request_id = seqs[0].request_id
         samples = [Completion(request_id, s.token_ids[:s.num_prompt_tokens], s.output_token_ids,
                               output_text(s.output_token_ids, s.params, self._decode), s.finish_reason,
                               logprobs=tuple(s.logprobs) if s.params.logprobs is not None else None)
-                   for s in sorted(seqs, key=lambda s: s.sample_index)]
+                   for s in seqs]
         first = samples[0]
-        done = Completion(request_id, first.prompt_token_ids, first.token_ids, first.text, first.finish_reason,
+        return Completion(request_id, first.prompt_token_ids, first.token_ids, first.text, first.finish_reason,
                           tuple(samples) if len(samples) > 1 else (), first.logprobs)
-        self.completed[request_id] = done
-        return done
 
     # -- whole runs ----------------------------------------------------------------------------------------
     def generate(self, prompts, params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:
         """Complete every prompt (strings need a tokenizer) and return one Completion per prompt, in order.
 
         All prompts are checked before any is queued: bad input raises ValueError/TypeError and leaves the
-        engine (and requests already in flight, which keep running) untouched.
+        engine (and requests already in flight, which keep running) untouched. Requests queued before with
+        `add_request` step along; one that finishes meanwhile is reported in a step output this call consumes.
         """
         if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
             raise ValueError(f"prompts must be a non-empty list of strings or token-id lists, got {prompts!r}")
@@ -441,23 +291,25 @@ class Engine:
             raise ValueError(f"params must be one SamplingParams or one per prompt ({len(prompts)}), got "
                              f"{len(params) if isinstance(params, Sequence) else type(params).__name__}")
         prompt_ids = [self._prompt_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
-        for i, (ids, p) in enumerate(zip(prompt_ids, params)):
-            self._check_request(ids, p, f"prompts[{i}]")
-        request_ids = [self._add(ids, p) for ids, p in zip(prompt_ids, params)]
+        checked = [self._checked(ids, p, f"prompts[{i}]") for i, (ids, p) in enumerate(zip(prompt_ids, params))]
+        request_ids = [self._add(request) for request in checked]
+        done: dict[int, Completion] = dict.fromkeys(request_ids)
         try:
-            while any(r not in self.completed for r in request_ids):
-                self.step()
+            pending = len(request_ids)
+            while pending:
+                for completion in self.step().finished:
+                    if completion.request_id in done:
+                        done[completion.request_id] = completion
+                        pending -= 1
         except BaseException:  # Ctrl-C or an error mid-run: leave no request of this call running into the next
             for r in request_ids:
-                if r in self._requests:
+                if r in self.scheduler.requests:
                     self.abort(r)
-                self.completed.pop(r, None)
             raise
-        return [self.completed.pop(r) for r in request_ids]
+        return [done[r] for r in request_ids]
 
     @property
     def stats(self) -> EngineStats:
         return EngineStats(self.pool.num_blocks, self.pool.num_free_blocks, self.scheduler.num_preemptions,
                            self.scheduler.num_cached_tokens, self._prefill_tokens, self._decode_tokens,
-                           self._utilization_sum / max(self._steps, 1), self._steps,
-                           None if self.speculator is None else self.speculator.stats)
+                           self._utilization_sum / max(self._steps, 1), self._steps, self.speculator.stats)

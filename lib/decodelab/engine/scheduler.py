@@ -6,12 +6,13 @@ step of every running sequence. When a decode step runs out of blocks, the newes
 preempted: its blocks are freed and it goes back to the front of the waiting queue, to be recomputed later.
 
 With a `lookahead` rule (speculative decoding, `decodelab.engine.speculation`), a decode step also holds that many
-empty slots past each sequence's token for the draft's proposals; `postprocess` then appends several tokens per
-sequence, up to the first that finishes it, and gives back the blocks only rejected drafts reached.
+empty slots past each sequence's token for the draft's proposals; `update_from_output` then appends several tokens
+per sequence, up to the first that finishes it, and gives back the blocks only rejected drafts reached.
 
-The scheduler asks each sequence's table whether its tokens fit (`can_append`), so the same policy runs over a
-paged `BlockPool` + `BlockTable` and over the contiguous baseline, `FirstFitSlab` + `Reservation`
-(`decodelab.kv.slab`), where admission means finding one free run for the whole reservation.
+The scheduler reads K/V through `decodelab.kv.protocols`: the layout's `admit` says whether a waiting sequence fits
+(touching nothing when it does not), each table's `can_append` whether a decode token does. So the same policy runs
+over a paged `BlockPool` + `BlockTable` and over the contiguous baseline, `FirstFitSlab` + `Reservation`
+(`decodelab.kv.layout`), where admission means finding one free run for the whole reservation.
 
 Taught in: chapters/07-paged-attention.ipynb
 """
@@ -21,53 +22,22 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 import torch
 
-from decodelab.kv.blocks import BlockPool, BlockTable
+from decodelab.decoding.detokenize import IncrementalDetokenizer
+from decodelab.decoding.request import TokenLogprob
+from decodelab.engine.sequence import SequenceState, Status
+from decodelab.kv.protocols import KVLayout, KVTable
 from decodelab.sampling.params import SamplingParams
-from decodelab.sampling.sampler import make_generator, sample_seed
 
 
-class Status(Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
-
-
-@dataclass(eq=False)
-class SequenceState:
-    """One stream of tokens: a request's prompt plus one sample's output."""
-    seq_id: int
-    request_id: int
-    sample_index: int                         # i of n; a seeded request's sample i uses sample_seed(seed, i)
-    token_ids: list[int]                      # prompt + generated so far
-    num_prompt_tokens: int
-    params: SamplingParams
-    table: BlockTable
-    generator: torch.Generator | None = None
-    num_forks: int = 0                        # siblings to fork off once the prompt is prefilled (n - 1)
-    status: Status = Status.WAITING
-    finish_reason: str | None = None
-    logprobs: list = field(default_factory=list)   # engine.TokenLogprob per output token, when asked for
-    grammar_state: object | None = None       # where params.grammar stands after the output (made on first use)
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
-
-    @property
-    def width(self) -> int:
-        """Sequences it will occupy once running (itself and the siblings it forks)."""
-        return 1 + self.num_forks
-
-    def spawn(self, seq_id: int, index: int, table: BlockTable) -> SequenceState:
-        """Sample `index` of the same request, on `table` (a fork of this sequence's), with its own seed stream."""
-        device = self.generator.device if self.generator is not None else "cpu"
-        return SequenceState(seq_id, self.request_id, index, list(self.token_ids), self.num_prompt_tokens,
-                             self.params, table, make_generator(sample_seed(self.params.seed, index), device),
-                             status=Status.RUNNING)
+class StepKind(StrEnum):
+    """What a step runs; a str enum, so `plan.kind == "prefill"` holds as it did when kinds were strings."""
+    PREFILL = "prefill"
+    DECODE = "decode"
+    IDLE = "idle"
 
 
 @dataclass(frozen=True)
@@ -88,7 +58,7 @@ class Schedule:
     `runs` has one entry per model row; `samples` one (row, sequence) per token to draw: each run, and after a
     prefill the request's other n - 1 samples (`forks`), which share their prompt's blocks and draw from its row.
     """
-    kind: str                                  # "prefill" | "decode" | "idle"
+    kind: StepKind
     runs: list[ScheduledRun]
     copies: list[tuple[int, int]]              # (src, dst) blocks to copy before the forward (copy-on-write)
     preempted: list[SequenceState]
@@ -100,44 +70,79 @@ class Schedule:
         return [run.seq for run in self.runs]
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """What the sampler (or a speculative round's verify) drew for a plan, one list per `plan.samples` entry: the
+    tokens in order (one, or a round's kept drafts and the target's token) and each one's logprob (None when the
+    request did not ask)."""
+    tokens: list[list[int]]
+    logprobs: list[list[TokenLogprob | None]]
+
+
+@dataclass(frozen=True)
+class StepUpdate:
+    """What `update_from_output` wrote, per `plan.samples` entry: the tokens appended (a finish drops the rest),
+    their logprobs, the finish reason (or None); and the requests whose every sample has now finished, each as its
+    samples by index. Those requests have left the scheduler."""
+    tokens: list[list[int]]
+    logprobs: list[list[TokenLogprob | None]]
+    reasons: list[str | None]
+    finished: list[list[SequenceState]]
+
+
 FinishRule = Callable[[SequenceState, int], "str | None"]
 LookaheadRule = Callable[[SequenceState], int]
 
 
+def no_lookahead(seq: SequenceState) -> int:
+    """Without speculation a decode step holds no draft slots."""
+    return 0
+
+
 class Scheduler:
-    """Waiting queue, running list and the block pool they share. Each step is `schedule()` (the plan: who runs,
-    where their K/V go, which blocks to copy, who was preempted, which samples fork) and, once the tokens are drawn,
-    `postprocess(plan, tokens)` (append them, finish sequences by `finish_rule`, free their blocks).
-    `lookahead(seq)`, when given, is how many draft slots a decode step holds for `seq` (speculative decoding).
+    """Waiting queue, running list, the requests in flight and the K/V layout they share; the only writer of request
+    state. Each step is `schedule()` (the plan: who runs, where their K/V go, which blocks to copy, who was
+    preempted, which samples fork) and, once the tokens are drawn, `update_from_output(plan, drawn)` (append them
+    with their logprobs and grammar steps, finish sequences by `finish_rule`, free their blocks, complete requests).
+    `lookahead(seq)` is how many draft slots a decode step holds for `seq` (speculative decoding; its tables must be
+    `decodelab.kv.protocols.LookaheadTable`s).
 
     Example:
-        scheduler = Scheduler(BlockPool(64, 16), max_num_seqs=8, max_num_batched_tokens=2048,
-                              finish_rule=lambda seq, token: "stop" if token == 2 else None)
+        scheduler = Scheduler(PagedLayout(num_blocks=64, block_size=16, max_model_len=256), max_num_seqs=8,
+                              max_num_batched_tokens=2048, finish_rule=lambda seq, token: "stop" if token == 2 else None)
         scheduler.add(scheduler.new_sequence(0, prompt_ids, params, BlockTable(16), None))
         plan = scheduler.schedule()            # plan.kind == "prefill"
     Taught in: chapters/07-paged-attention.ipynb
     """
 
-    def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int,
-                 finish_rule: FinishRule, lookahead: LookaheadRule | None = None) -> None:
-        self.pool = pool
+    def __init__(self, layout: KVLayout, max_num_seqs: int, max_num_batched_tokens: int,
+                 finish_rule: FinishRule, lookahead: LookaheadRule = no_lookahead) -> None:
+        self.layout = layout
+        self.pool = layout.pool
         self.lookahead = lookahead
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.finish_rule = finish_rule
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []      # oldest first
+        self.requests: dict[int, list[SequenceState]] = {}   # request id -> its samples so far, while unfinished
         self.num_preemptions = 0
         self.num_cached_tokens = 0
         self._seq_ids = itertools.count()
 
-    def new_sequence(self, request_id: int, prompt_ids: list[int], params: SamplingParams, table: BlockTable,
-                     generator: torch.Generator | None) -> SequenceState:
-        """Sample 0 of a request (it forks the other n - 1 after its prefill)."""
+    def new_sequence(self, request_id: int, prompt_ids: list[int], params: SamplingParams, table: KVTable,
+                     generator: torch.Generator | None,
+                     detokenizer: IncrementalDetokenizer | None = None) -> SequenceState:
+        """Sample 0 of a request (it forks the other n - 1 after its prefill). `detokenizer`: the output's text for
+        the finish rule's stop strings (the forks get their own)."""
         return SequenceState(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params, table,
-                             generator, params.n - 1)
+                             generator, params.n - 1, detokenizer=detokenizer)
 
     def add(self, seq: SequenceState) -> None:
+        """Queue a request's first sample; the request is in flight until all its samples finish or it is aborted."""
+        if seq.request_id in self.requests:
+            raise ValueError(f"request {seq.request_id} is already in flight")
+        self.requests[seq.request_id] = [seq]
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
@@ -152,24 +157,25 @@ class Scheduler:
                 children = self._fork(run.seq)
                 forks += children
                 samples += [(row, seq) for seq in (run.seq, *children)]
-            return Schedule("prefill", prefill, [], [], forks, samples)
+            return Schedule(StepKind.PREFILL, prefill, [], [], forks, samples)
         if not self.running:
-            return Schedule("idle", [], [], [])
+            return Schedule(StepKind.IDLE, [], [], [])
         return self._schedule_decode()
 
     def _schedule_prefill(self) -> list[ScheduledRun]:
+        """Admit waiting sequences in order while they fit. The layout's `admit` is asked first and takes nothing,
+        so the one that does not fit leaves the free queue and the prefix cache as they were (vLLM's rule)."""
         scheduled: list[ScheduledRun] = []
         num_tokens = 0
         while self.waiting:
             seq = self.waiting[0]
             if len(self.running) + sum(r.seq.width for r in scheduled) + seq.width > self.max_num_seqs:
                 break
-            cached = seq.table.match_prefix(self.pool, seq.token_ids)
-            new_tokens = seq.token_ids[cached:]
-            too_many = scheduled and num_tokens + len(new_tokens) > self.max_num_batched_tokens
-            if too_many or not seq.table.can_append(self.pool, len(new_tokens)):
-                seq.table.release(self.pool)
+            cached = self.layout.admit(seq.table, seq.token_ids)
+            if cached is None or (scheduled and num_tokens + len(seq.token_ids) - cached > self.max_num_batched_tokens):
                 break
+            seq.table.match_prefix(self.pool, seq.token_ids)
+            new_tokens = seq.token_ids[cached:]
             slots, _ = seq.table.append(self.pool, new_tokens)
             self.num_cached_tokens += cached
             num_tokens += len(new_tokens)
@@ -184,6 +190,7 @@ class Scheduler:
                     for i in range(1, parent.num_forks + 1)]
         parent.num_forks = 0
         self.running += children
+        self.requests[parent.request_id] += children
         return children
 
     def _schedule_decode(self) -> Schedule:
@@ -193,7 +200,7 @@ class Scheduler:
         copies: list[tuple[int, int]] = []
         while queue:
             seq = queue.popleft()
-            extra = self.lookahead(seq) if self.lookahead is not None else 0
+            extra = self.lookahead(seq)
             while not seq.table.can_append(self.pool, 1 + extra):
                 victim = queue.pop() if queue else seq      # the newest running sequence
                 self._preempt(victim)
@@ -209,7 +216,7 @@ class Scheduler:
                 scheduled.append(ScheduledRun(seq, seq.token_ids[-1:], start, slots, num_lookahead=extra))
         self.running = [run.seq for run in scheduled]
         samples = [(row, run.seq) for row, run in enumerate(scheduled)]
-        return Schedule("decode", scheduled, copies, preempted, [], samples)
+        return Schedule(StepKind.DECODE, scheduled, copies, preempted, [], samples)
 
     def _preempt(self, seq: SequenceState) -> None:
         seq.table.release(self.pool)
@@ -218,32 +225,43 @@ class Scheduler:
         self.num_preemptions += 1
 
     # -- after the tokens are drawn ------------------------------------------------------------------------
-    def postprocess(self, plan: Schedule, tokens: list[list[int]]) -> tuple[list[list[int]], list[str | None]]:
-        """Append each sample's drawn tokens (one list per `plan.samples`: one token, or a speculative step's kept
-        drafts and the target's token) to its sequence in order, stopping at the first that `finish_rule` ends it
-        with: the sequence is finished and its blocks freed at once, the tokens after it dropped. A sequence that
-        goes on records the kept drafts in its table (their K/V are written) and gives back its draft slots past
-        them (the rollback). Returns the tokens appended and the finish reason (or None) of each sample."""
-        if len(tokens) != len(plan.samples):
-            raise ValueError(f"postprocess needs one token list per sample of the plan ({len(plan.samples)}), "
-                             f"got {len(tokens)}")
-        appended, reasons = [], []
-        for (row, seq), drawn in zip(plan.samples, tokens):
-            reason, kept = None, []
-            for token in drawn:
+    def update_from_output(self, plan: Schedule, drawn: Drawn) -> StepUpdate:
+        """The one write of request state after the forward (nano-vllm's `postprocess`). For each sample of the
+        plan, in order: append its drawn tokens (and push them to its detokenizer), stopping at the first that
+        `finish_rule` ends it with (the tokens after it are dropped), with their logprobs; advance its grammar over every appended token but a finishing
+        one. A finished sequence frees its blocks at once; one that goes on records a speculative round's kept
+        drafts in its table (their K/V are written) and gives back the draft slots past them (the rollback).
+        Requests whose every sample has finished leave the scheduler, in the order their first sample ended here."""
+        if len(drawn.tokens) != len(plan.samples) or len(drawn.logprobs) != len(plan.samples):
+            raise ValueError(f"update_from_output needs one token list and one logprob list per sample of the plan "
+                             f"({len(plan.samples)}), got {len(drawn.tokens)} and {len(drawn.logprobs)}")
+        appended, logprobs, reasons = [], [], []
+        for (row, seq), tokens, token_logprobs in zip(plan.samples, drawn.tokens, drawn.logprobs):
+            reason, kept = None, 0
+            for token in tokens:
                 seq.token_ids.append(token)
-                kept.append(token)
+                kept += 1
+                if seq.detokenizer is not None:
+                    seq.detokenizer.push(token)
                 reason = self.finish_rule(seq, token)
                 if reason is not None:
                     break
+            tokens, token_logprobs = tokens[:kept], token_logprobs[:kept]
+            seq.logprobs += [lp for lp in token_logprobs if lp is not None]
+            if seq.grammar_state is not None:
+                for token in tokens[:-1] if reason is not None else tokens:
+                    seq.grammar_state.advance(token)
             if reason is not None:
                 self._finish(seq, reason)
             elif plan.runs[row].num_lookahead:
                 seq.table.append(self.pool, seq.token_ids[seq.table.num_tokens:-1])
                 seq.table.trim(self.pool)
-            appended.append(kept)
+            appended.append(tokens)
+            logprobs.append(token_logprobs)
             reasons.append(reason)
-        return appended, reasons
+        ended = dict.fromkeys(seq.request_id for (_, seq), reason in zip(plan.samples, reasons) if reason is not None)
+        finished = [done for done in map(self._complete, ended) if done is not None]
+        return StepUpdate(appended, logprobs, reasons, finished)
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
         seq.status = Status.FINISHED
@@ -251,12 +269,22 @@ class Scheduler:
         seq.table.release(self.pool)
         self.running.remove(seq)
 
-    def abort(self, seq: SequenceState) -> None:
-        """Drop `seq` wherever it is (waiting or running) and free its blocks; it ends with reason "abort"."""
-        if seq in self.running:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
-        seq.table.release(self.pool)
-        seq.status = Status.FINISHED
-        seq.finish_reason = "abort"
+    def _complete(self, request_id: int) -> list[SequenceState] | None:
+        """The request's samples by index if all n have finished (it leaves `requests`), else None."""
+        seqs = self.requests[request_id]
+        if len(seqs) < seqs[0].params.n or any(s.status is not Status.FINISHED for s in seqs):
+            return None
+        del self.requests[request_id]
+        return sorted(seqs, key=lambda s: s.sample_index)
+
+    def abort(self, request_id: int) -> None:
+        """Drop every sample of the request wherever it is (waiting or running) and free its blocks; they end with
+        reason "abort". KeyError if the request is not in flight."""
+        for seq in self.requests.pop(request_id):
+            if seq in self.running:
+                self.running.remove(seq)
+            elif seq in self.waiting:
+                self.waiting.remove(seq)
+            seq.table.release(self.pool)
+            seq.status = Status.FINISHED
+            seq.finish_reason = "abort"

@@ -2,7 +2,10 @@
 drafts' slots are rolled back.
 
 `Engine(target, tokenizer, speculative=SpeculativeConfig(draft, gamma))` runs each decode step as one speculative
-round for every running sequence (Leviathan et al. 2023; vLLM's draft-model path):
+round for every running sequence (Leviathan et al. 2023; vLLM's draft-model path). Speculation is a strategy of the
+engine's one `step`, not a second one: the engine asks its speculator how many draft slots a sequence needs
+(`lookahead`), to `propose` before the target runs and to `draw` after it; `NoSpeculation` answers none, nothing
+and "sample", so an engine without speculation runs the same step with no branch for it.
 
 1. the scheduler holds up to gamma empty slots past each sequence's last token (`ScheduledRun.num_lookahead`, fewer
    near `max_tokens` or the end of the context), preempting as it would for one token;
@@ -13,11 +16,11 @@ round for every running sequence (Leviathan et al. 2023; vLLM's draft-model path
    at every position;
 4. `Speculator.verify`: `decodelab.decoding.speculative.verify` per sequence, with the sequence's own generator, keeps a prefix
    of the drafts (each with probability min(1, p/q)) and draws one more token (the residual's or the bonus);
-5. `Scheduler.postprocess` appends them in order up to the first that finishes the sequence, records the kept drafts
+5. `Scheduler.update_from_output` appends them in order up to the first that finishes the sequence, records the kept drafts
    in its block table (only kept tokens are ever hashed into the prefix cache) and gives back the blocks that only
    rejected drafts reached.
 
-Prefill steps run as without speculation and also write the draft model's K/V of the prompt. Requests with penalties,
+Prefill steps draw as without speculation; `propose` writes the draft model's K/V of the prompt. Requests with penalties,
 the n-gram ban or a grammar are refused at `add_request` (their logits depend on the tokens before each position,
 which this module does not thread through the drafts); everything else (temperature, top-k/p, min-p, typical-p,
 seeds, n > 1, stop tokens and strings, logprobs) is served. The Triton decode kernel reads one query per sequence, so
@@ -38,11 +41,13 @@ from dataclasses import dataclass
 
 import torch
 
+from decodelab.decoding.speculative import NgramDraft, distributions, verify
+from decodelab.engine.draw import TokenDrawer
+from decodelab.engine.scheduler import Drawn, Schedule, StepKind, StepUpdate
+from decodelab.engine.sequence import SequenceState
 from decodelab.kv.contiguous_cache import kv_bytes_per_token
 from decodelab.runner.model import PagedLlama, StepBatch
-from decodelab.engine.scheduler import Schedule, SequenceState
 from decodelab.sampling.sampler import SamplingParams
-from decodelab.decoding.speculative import NgramDraft, distributions, verify
 from decodelab.validation import ParamError, as_scalar
 
 MAX_GAMMA = 16
@@ -83,6 +88,27 @@ class Proposal:
 
 
 @dataclass(frozen=True)
+class Drafts:
+    """A step's proposals, one per run of a speculative decode step; none in a prefill or without speculation."""
+    proposals: tuple[Proposal, ...] = ()
+
+    @property
+    def tokens(self) -> list[list[int]] | None:
+        """The drafts per run, as `PagedLlama.run` takes them (None: plain one-token runs)."""
+        return [p.tokens for p in self.proposals] if self.proposals else None
+
+    def by_sequence(self, plan: Schedule, drawn: Drawn) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+        """For the step's output: seq_id -> drafts proposed, and seq_id -> how many of them verify kept."""
+        if not self.proposals:
+            return {}, {}
+        return ({s.seq_id: tuple(p.tokens) for s, p in zip(plan.seqs, self.proposals)},
+                {s.seq_id: len(tokens) - 1 for s, tokens in zip(plan.seqs, drawn.tokens)})
+
+
+NO_DRAFTS = Drafts()
+
+
+@dataclass(frozen=True)
 class SpeculativeStats:
     """Counts over every speculative round so far (one round = one sequence in one decode step = one target forward
     for that sequence). Acceptance rate = kept / judged drafts (a rejection ends a round, so later drafts are never
@@ -107,10 +133,35 @@ class SpeculativeStats:
         return self.tokens / self.rounds if self.rounds else float("nan")
 
 
+class NoSpeculation:
+    """The speculator of an engine without speculation: no draft slots, no proposals, every token sampled."""
+    kv_bytes_per_token = 0
+    stats = None
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
+        pass
+
+    def check_params(self, params: SamplingParams, name: str) -> None:
+        pass
+
+    @staticmethod
+    def lookahead(seq: SequenceState) -> int:
+        return 0
+
+    def propose(self, plan: Schedule) -> Drafts:
+        return NO_DRAFTS
+
+    def draw(self, plan: Schedule, drafts: Drafts, logits: torch.Tensor, drawer: TokenDrawer) -> Drawn:
+        return drawer.draw(plan, logits)
+
+    def record(self, drafts: Drafts, update: StepUpdate) -> None:
+        pass
+
+
 class Speculator:
     """The draft side of speculative decoding in an `Engine`, built by it from a `SpeculativeConfig`: how many draft
-    slots a decode step holds for a sequence (`lookahead`), the draft model's K/V of prompts (`prefill`), the proposals
-    (`propose`) and the acceptance rule on the target's logits (`verify`).
+    slots a decode step holds for a sequence (`lookahead`), the draft model's K/V of prompts and the proposals
+    (`propose`), and the acceptance rule on the target's logits (`draw`, by `verify`).
 
     A model draft's K/V tensor `[draft layers, 2, num_blocks, block_size, draft KVH, draft D]` is indexed by the
     target's block tables: slot s holds both models' K/V of the same token. Rolled-back drafts need no undo there:
@@ -174,7 +225,28 @@ class Speculator:
         left = seq.params.max_tokens - len(seq.output_token_ids) - 1
         return max(0, min(self.gamma, left, self.max_model_len - len(seq.token_ids)))
 
-    def prefill(self, plan: Schedule) -> None:
+    def propose(self, plan: Schedule) -> Drafts:
+        """A decode step's drafts, per run; a prefill step proposes none and writes the draft model's K/V of its
+        tokens instead."""
+        if plan.kind is StepKind.PREFILL:
+            self._prefill(plan)
+            return NO_DRAFTS
+        return Drafts(tuple(self._propose(plan)))
+
+    def draw(self, plan: Schedule, drafts: Drafts, logits: torch.Tensor, drawer: TokenDrawer) -> Drawn:
+        """A prefill samples as without speculation; a decode step verifies each run's drafts on the target's logits
+        `[sum(1 + k), V]` and takes each kept token's logprob from the row it was judged at."""
+        if not drafts.proposals:
+            return drawer.draw(plan, logits)
+        tokens = self._verify(plan, drafts.proposals, logits)
+        logprobs, offset = [], 0
+        for seq, proposal, seq_tokens in zip(plan.seqs, drafts.proposals, tokens):   # token j: row offset + j
+            logprobs.append(drawer.logprobs(logits[offset:offset + len(seq_tokens)], [seq] * len(seq_tokens),
+                                            seq_tokens))
+            offset += len(proposal.tokens) + 1
+        return Drawn(tokens, logprobs)
+
+    def _prefill(self, plan: Schedule) -> None:
         """Write the draft model's K/V of a prefill step's tokens (the target's plan, the draft's tensor)."""
         if self.runner is None:
             return
@@ -183,7 +255,7 @@ class Speculator:
             self._draft_len[seq] = seq.table.num_tokens
 
     @torch.inference_mode()
-    def propose(self, plan: Schedule) -> list[Proposal]:
+    def _propose(self, plan: Schedule) -> list[Proposal]:
         """Up to `run.num_lookahead` drafts per run of a decode plan. A model draft feeds, per sequence, what it has
         not read yet (its last token, and the previous round's last kept draft if it never read it), draws d_1 from
         q_1, feeds d_1, ..., one batched forward per draft position, its K/V written to the slots the table holds."""
@@ -218,7 +290,7 @@ class Speculator:
                     feeds[i] = ([token], start + len(feed))
         return [Proposal(drafted, torch.stack(q_rows) if q_rows else None) for drafted, q_rows in zip(tokens, rows)]
 
-    def verify(self, plan: Schedule, proposals: list[Proposal], logits: torch.Tensor) -> list[list[int]]:
+    def _verify(self, plan: Schedule, proposals: tuple[Proposal, ...], logits: torch.Tensor) -> list[list[int]]:
         """Judge each run's drafts on the target's logits `[sum(1 + k), V]` (run after run, as `PagedLlama.run`
         returns them): the kept drafts and the target's next token, per run."""
         params = [run.seq.params for run, proposal in zip(plan.runs, proposals)
@@ -237,11 +309,17 @@ class Speculator:
             out.append(proposal.tokens[:kept] + [token])
         return out
 
-    def record(self, appended: list[list[int]]) -> None:
-        """Count the tokens a step's rounds appended (after the finish rule cut them)."""
-        self._tokens += sum(map(len, appended))
+    def record(self, drafts: Drafts, update: StepUpdate) -> None:
+        """Count the tokens a decode step's rounds appended (after the finish rule cut them)."""
+        if drafts.proposals:
+            self._tokens += sum(map(len, update.tokens))
 
     @property
     def stats(self) -> SpeculativeStats:
         return SpeculativeStats(self._rounds, self._drafted, self._judged, self._accepted, self._acceptance_prob_sum,
                                 self._tokens)
+
+
+def make_speculator(config: SpeculativeConfig | None, target: PagedLlama) -> NoSpeculation | Speculator:
+    """The engine's speculation strategy: `NoSpeculation` for None, else a `Speculator` for the target."""
+    return NoSpeculation() if config is None else Speculator(config, target)

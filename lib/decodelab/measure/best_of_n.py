@@ -107,10 +107,9 @@ def draw(engine: Engine, questions: Sequence[Question], n: int, temperature: flo
     seed = check_int(seed, "seed", low=0)
     params = [SamplingParams(n=n, temperature=temperature, seed=seed + i, max_tokens=max_tokens, logprobs=0)
               for i in range(len(questions))]
-    for i, (q, p) in enumerate(zip(questions, params)):
-        engine.check_request(q.prompt, p, f"questions[{i}]")
+    checked = [engine.check_request(q.prompt, p, f"questions[{i}]") for i, (q, p) in enumerate(zip(questions, params))]
     before = engine.stats
-    request_ids = [engine.add_request(q.prompt, p) for q, p in zip(questions, params)]
+    request_ids = [engine.add_request(request) for request in checked]
     done, listed, distinct, peak = {}, 0, 0, (0, 0)
     while engine.has_unfinished():
         out = engine.step()
@@ -121,7 +120,6 @@ def draw(engine: Engine, questions: Sequence[Question], n: int, temperature: flo
     after = engine.stats
     samples = []
     for q, rid in zip(questions, request_ids):
-        engine.completed.pop(rid, None)
         completion = done[rid]
         each = completion.samples or (completion,)
         samples.append(Samples(q, tuple(s.text for s in each),

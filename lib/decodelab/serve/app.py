@@ -34,7 +34,7 @@ from decodelab.decoding.detokenize import IncrementalDetokenizer
 from decodelab.engine.engine import Engine, TokenEvent
 from decodelab.serve.protocol import (CompletionRequest, choice_json, completion_id, completion_json, error_body,
                                        logprobs_json, usage_json)
-from decodelab.decoding.request import Completion, prompt_token_ids
+from decodelab.decoding.request import Completion
 from decodelab.serve.prometheus import ServerMetrics
 from decodelab.validation import ParamError
 
@@ -109,10 +109,9 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
                     raise ParamError("structured_outputs", "structured_outputs allows no first token with this "
                                                            "model's vocabulary (JSON needs ASCII braces and quotes, "
                                                            "which tiny-zh lacks)")
-            prompt_ids = [prompt_token_ids(p, tokenizer, "prompt", engine.runner.vocab_size, engine.max_model_len)
-                          for p in parsed.prompts()]
+            prompt_ids = [engine.check_prompt(p, "prompt") for p in parsed.prompts()]   # each part checked once
             params = parsed.sampling_params(grammar, engine.max_model_len - max(len(ids) for ids in prompt_ids))
-            prompt_ids = [engine.check_request(ids, params, "prompt") for ids in prompt_ids]
+            checked = [engine.check_params(ids, params, "prompt") for ids in prompt_ids]
             for ids in prompt_ids:        # as OpenAI and vLLM: refused, not cut short at the context
                 if len(ids) + params.max_tokens > engine.max_model_len:
                     raise ParamError("max_tokens", f"this model's context is {engine.max_model_len} tokens; the prompt "
@@ -122,7 +121,7 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
         except (TypeError, ValueError) as error:
             return _error(400, str(error), "prompt")
         try:
-            streams = runner.submit([(ids, params) for ids in prompt_ids])
+            streams = runner.submit(checked)
         except QueueFull as error:
             return _error(503, f"the server is overloaded: {error}; retry later", kind="server_overloaded",
                           code="queue_full")

@@ -1,0 +1,78 @@
+"""The draw step of an engine step: from the model's logits to each sample's token and logprob, writing nothing.
+
+For a plan's samples, in order (vLLM's `v1/sample/sampler.py` lists its steps the same way):
+1. each sample's logits row (`plan.samples`: forks draw from their prompt's row), `[len(samples), V]`;
+2. its grammar's mask (`decodelab.grammar.base.mask_logits`; rows without a grammar pass untouched);
+3. `decodelab.sampling.sampler.sample` with one `SamplingParams` and one generator per row (the penalties read the
+   sample's prompt and output);
+4. the token's logprob under those logits, with the top alternatives, for rows whose request asked.
+
+A speculative round draws by `Speculator.verify` instead and takes only step 4 from here.
+
+    drawer = TokenDrawer(device)
+    drawn = drawer.draw(plan, logits)            # Drawn: per sample [token], [logprob or None]
+
+Taught in: chapters/07-paged-attention.ipynb
+"""
+from __future__ import annotations
+
+import torch
+
+from decodelab.decoding.request import TokenLogprob
+from decodelab.engine.scheduler import Drawn, Schedule
+from decodelab.engine.sequence import SequenceState
+from decodelab.grammar.base import mask_logits
+from decodelab.sampling.sampler import SamplingBatch, sample
+from decodelab.sampling.truncation import take_rows
+
+
+class TokenDrawer:
+    """Samples a plan's tokens on `device`, keeping the rows' `SamplingBatch` while the same sequences draw."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._sampling_key: tuple[int, ...] | None = None   # the sequences the cached SamplingBatch was built for
+        self._sampling: SamplingBatch | None = None
+
+    def draw(self, plan: Schedule, logits: torch.Tensor) -> Drawn:
+        """One token per sample of `plan` from `logits` `[len(plan.runs), V]` (one row per run)."""
+        rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
+        row_logits = take_rows(logits, rows)                                   # [len(seqs), V]
+        row_logits = mask_logits(row_logits, [s.grammar_state for s in seqs])   # requests with a grammar
+        tokens = self.sample(row_logits, seqs)
+        logprobs = self.logprobs(row_logits, seqs, tokens)
+        return Drawn([[t] for t in tokens], [[lp] for lp in logprobs])
+
+    def sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
+        batch = self._sampling_batch(seqs)
+        generators = [s.generator for s in seqs]
+        if not batch.has_penalties:
+            return sample(logits, batch, generators).tolist()
+        # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s
+        return sample(logits, batch, generators, [s.output_token_ids for s in seqs],
+                      prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs]).tolist()
+
+    def _sampling_batch(self, seqs: list[SequenceState]) -> SamplingBatch:
+        """The rows' parameters as tensors, rebuilt only when the sequences drawing this step change."""
+        key = tuple(s.seq_id for s in seqs)
+        if self._sampling_key != key:
+            self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.device)
+        return self._sampling
+
+    @staticmethod
+    def logprobs(logits: torch.Tensor, seqs: list[SequenceState], tokens: list[int]) -> list[TokenLogprob | None]:
+        """Each token's log-probability under `logits` (row i for token i), with the top alternatives, for rows that
+        asked."""
+        wanted = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+        out: list[TokenLogprob | None] = [None] * len(seqs)
+        if not wanted:
+            return out
+        logp = torch.log_softmax(logits[wanted].float(), dim=-1)             # [len(wanted), V]
+        chosen = logp.gather(1, torch.tensor([[tokens[i]] for i in wanted], device=logp.device)).squeeze(1).tolist()
+        k = max(seqs[i].params.logprobs for i in wanted)
+        top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
+        top_values, top_ids = top_values.tolist(), top_ids.tolist()
+        for j, i in enumerate(wanted):
+            n = seqs[i].params.logprobs
+            out[i] = TokenLogprob(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_values[j][:n])))
+        return out
