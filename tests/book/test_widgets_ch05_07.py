@@ -50,6 +50,8 @@ def test_frames_show_sharing_copy_on_write_and_preemption(frames):
     assert any("抢占" in e for e in events)                              # 10 blocks are too few for all
     assert max(max(frame["ref_counts"]) for frame in recorded) >= 2
     assert sum(e.count("完成") for e in events) == 4
+    finished = [request_id for frame in recorded[1:] for request_id, _ in frame["finished"]]
+    assert sorted(finished) == [0, 1, 2, 3]                              # each request reported once
 
 
 def test_record_frames_rejects_bad_input(random_llama):

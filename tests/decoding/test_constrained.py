@@ -16,7 +16,8 @@ import regex
 import torch
 
 from decodelab.decoding.constrained import ConstrainedCompletion, constrained_generate, score_sequences
-from decodelab.grammar.backends import LLGuidanceGrammar, ToyLanguageGrammar, check_token_ids
+from decodelab.grammar.backends import LLGuidanceGrammar, ToyLanguageGrammar
+from decodelab.grammar.base import check_token_ids
 from decodelab.measure.constrained import (enumerate_grammar, kl_exact, kl_to_conditional, mean_log_ratio,
                                            wilson_interval)
 from decodelab.decoding.generate import generate

@@ -15,7 +15,7 @@ from decodelab.kv.blocks import BlockPool, BlockTable
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.engine.speculation import SpeculativeConfig
 from decodelab.toy.documents import DocumentLanguage
-from test_speculative import NAMED, chi_square_p_value, target_sequence_probs
+from speculative_checks import NAMED, chi_square_p_value, target_sequence_probs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # The first token (明, from the prefill) is nearly certain; the n-gram draft then proposes 在 (from 。小明在公园), which

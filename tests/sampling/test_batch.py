@@ -145,7 +145,7 @@ def test_logit_bias_outside_the_vocabulary_is_refused_before_generating(tiny):
 
 
 def test_the_engine_builds_a_batch_only_when_its_sequences_change(tiny, monkeypatch):
-    import decodelab.engine.engine as engine_module
+    import decodelab.engine.draw as engine_module          # the module that builds the step's SamplingBatch
     from decodelab.engine.engine import Engine
 
     built = []

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.grammar.backends import Grammar, LLGuidanceGrammar, ToyLanguageGrammar, check_token_ids
+from decodelab.grammar.backends import LLGuidanceGrammar, ToyLanguageGrammar
+from decodelab.grammar.base import Grammar, check_token_ids
 from decodelab.decoding.generate import model_context, model_step
 from decodelab.decoding.request import check_prompt_fits
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample, sample_seed

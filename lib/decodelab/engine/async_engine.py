@@ -19,7 +19,6 @@ Used by: decodelab.serve.app. Taught in: chapters/07c-serving.ipynb
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections import deque
 from collections.abc import AsyncIterator

@@ -33,7 +33,6 @@ Taught in: chapters/07d-constrained-decoding.ipynb
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import llguidance
 import numpy as np
@@ -41,7 +40,7 @@ import torch
 
 from decodelab.toy.sentences import ToyLanguage
 from decodelab.toy.documents import DocumentLanguage
-from decodelab.grammar.base import Grammar, GrammarState, check_token_ids
+from decodelab.grammar.base import Grammar, GrammarState
 from decodelab.validation import ParamError, as_scalar
 
 

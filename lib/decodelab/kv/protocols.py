@@ -8,7 +8,7 @@ as blocks of one slot). The scheduler and the model's forward read only what is 
     table.can_append(pool, 1)               # would one more token find a slot? (the decode step's test)
     slots, copies = table.append(pool, ids) # the new tokens' slots, and (src, dst) blocks to copy before writing
 
-Taught in: chapters/07-paged-attention.ipynb
+Used by: decodelab.engine.scheduler and decodelab.kv.layout (chapter 07 teaches the two layouts, not these types).
 """
 from __future__ import annotations
 

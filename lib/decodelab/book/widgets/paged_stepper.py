@@ -63,8 +63,9 @@ def _pool_frame(engine, step: int, kind: str, events: list[str], token_text: Cal
 def record_frames(engine, arrivals: Sequence[Arrival], max_steps: int = 200,
                   token_text: Callable[[int], str] | None = None) -> list[dict]:
     """Run `engine` step by step until every request is done; return one frame before the first step and one
-    after each step (JSON-ready dicts, see `_pool_frame`). `token_text` turns a token id into the text shown in
-    a block (default: the engine's tokenizer, else the id).
+    after each step (JSON-ready dicts, see `_pool_frame`; a step's frame also lists the requests it finished as
+    `finished`: [request id, text] pairs). `token_text` turns a token id into the text shown in a block (default:
+    the engine's tokenizer, else the id).
 
     Example:
         frames = record_frames(Engine(model, tok, block_size=4, num_blocks=12),
@@ -98,6 +99,7 @@ def record_frames(engine, arrivals: Sequence[Arrival], max_steps: int = 200,
         for done in output.finished:
             events.append(f"请求 {done.request_id} 完成（{done.finish_reason}），它的块回到 free 队列")
         frames.append(_pool_frame(engine, step, output.kind, events, token_text))
+        frames[-1]["finished"] = [[done.request_id, done.text] for done in output.finished]
     return frames
 
 
