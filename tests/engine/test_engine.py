@@ -264,3 +264,13 @@ def test_stop_ids_outside_the_vocabulary_are_refused(random_llama):
     with pytest.raises(ValueError, match=r"stop_token_ids for prompt must be < the vocabulary size"):
         engine.add_request([1, 2, 3], SamplingParams(stop_token_ids=(10**6,)))
     assert not engine.has_unfinished()
+
+
+def test_a_missing_or_swapped_model_is_named(tiny):
+    from decodelab.validation import ParamError
+
+    model, tokenizer = tiny
+    with pytest.raises(ParamError, match="model must be a transformers causal LM, got NoneType"):
+        Engine(None, tokenizer)
+    with pytest.raises(ParamError, match=r"got a tokenizer where the model goes: call Engine\(model, tokenizer"):
+        Engine(tokenizer, model)
