@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 
-import llguidance
 import numpy as np
 import torch
 
@@ -123,6 +122,17 @@ class ToyLanguageGrammar(Grammar):
         return _ToyState(self)
 
 
+def _llguidance():
+    """llguidance, imported when a grammar first needs it, so that the rest of decodelab (the sampler, the engine)
+    imports without it: the GPU image has torch, transformers and triton but not llguidance."""
+    try:
+        import llguidance
+    except ImportError as error:
+        raise ImportError("LLGuidanceGrammar needs llguidance (pinned in requirements.txt): "
+                          "pip install -r requirements.txt") from error
+    return llguidance
+
+
 class _TokenTexts:
     """The vocabulary as llguidance's `TokenizerWrapper` reads it: the bytes of every token, the special ids, and
     an encoder from text to ids."""
@@ -151,7 +161,7 @@ class _TokenTexts:
 class _LLGuidanceState(GrammarState):
     def __init__(self, grammar: LLGuidanceGrammar) -> None:
         self.grammar = grammar
-        self.matcher = llguidance.LLMatcher(grammar.llg_tokenizer, grammar.definition, log_level=0)
+        self.matcher = _llguidance().LLMatcher(grammar.llg_tokenizer, grammar.definition, log_level=0)
 
     def mask(self) -> torch.Tensor:
         if self.matcher.is_error():
@@ -174,7 +184,7 @@ def _lark(grammar: str) -> str:
     """llguidance's definition of a Lark grammar, with forcing off. Forcing fast-forwards the bytes a grammar forces,
     assuming the vocabulary can spell any byte; the course's cannot spell half a character, and with forcing on, the
     mask after 小明 in 小明(喜欢…|坐…) held no token at all (喜 and 坐 share their first UTF-8 byte)."""
-    return llguidance.LLMatcher.grammar_from_lark('%llguidance { "no_forcing": true }\n' + grammar)
+    return _llguidance().LLMatcher.grammar_from_lark('%llguidance { "no_forcing": true }\n' + grammar)
 
 
 class LLGuidanceGrammar(Grammar):
@@ -192,6 +202,7 @@ class LLGuidanceGrammar(Grammar):
     def __init__(self, definition: str, tokenizer, vocab_size: int | None = None, source: str = "grammar") -> None:
         size, self.eos_token_id = _check_tokenizer(tokenizer)
         self.vocab_size = _vocab_size(vocab_size, size)
+        llguidance = _llguidance()
         self.llg_tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TokenTexts(tokenizer)))
         error = llguidance.LLMatcher.validate_grammar(definition, self.llg_tokenizer)
         if error:
