@@ -3,10 +3,11 @@
 #
 #   scripts/gpu_check.sh OUTDIR            # from the repository root or anywhere
 #   PYTHON=/path/to/python scripts/gpu_check.sh OUTDIR
+#   scripts/gpu_check.sh --list-cuda-tests # the test files the pytest step passes, one a line; needs no GPU
 #
 # Runs, each under its own time limit, writing into OUTDIR:
 #   env.json               GPU name, driver, torch / transformers / triton versions
-#   pytest-cuda.xml + .log the tests marked `cuda` (pytest -m cuda)
+#   pytest-cuda.xml + .log the tests marked `cuda` (pytest -m cuda over the files that hold a `cuda` mark)
 #   sampling.json          benchmarks/sampling.py --device cuda
 #   attention.json         benchmarks/attention.py --device cuda (Triton kernel against the torch reference)
 #   serving.json           benchmarks/serving.py --device cuda
@@ -18,10 +19,21 @@
 set -uo pipefail
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
-    echo "usage: scripts/gpu_check.sh OUTDIR" >&2
+    echo "usage: scripts/gpu_check.sh OUTDIR | --list-cuda-tests" >&2
     exit 64
 fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The GPU image has torch, transformers, triton, pytest, numpy, safetensors, httpx and prometheus-client, not the
+# course's other packages (fastapi, pydantic, openai, llguidance, hypothesis, matplotlib, the widgets), so pytest
+# over all of tests/ stops at collection on the first module that imports one. The pytest step passes only the files
+# that hold a `cuda` mark; tests/repo/test_gpu_check_imports.py checks that they (and the benchmarks) import without
+# those packages and that no `cuda` test lives elsewhere.
+cuda_test_files() { (cd "$ROOT" && grep -rlE --include='test_*.py' '\bmark\.cuda\b' tests | LC_ALL=C sort); }
+if [ "$1" = "--list-cuda-tests" ]; then
+    cuda_test_files
+    exit 0
+fi
 mkdir -p "$1" || { echo "gpu_check: cannot create output folder $1" >&2; exit 64; }
 OUT="$(cd "$1" && pwd)"
 cd "$ROOT"
@@ -80,7 +92,12 @@ step() {  # step NAME SECONDS COMMAND...: run under `timeout`, log to OUT/NAME.l
 }
 
 # limits add up to 465 s, under the 8 minutes a lent machine gives one run
-step pytest-cuda 120 "$PY" -m pytest -m cuda -p no:cacheprovider -q --junitxml "$OUT/pytest-cuda.xml" tests
+mapfile -t CUDA_TESTS < <(cuda_test_files)
+if [ ${#CUDA_TESTS[@]} -eq 0 ]; then  # pytest without paths would collect all of testpaths
+    echo "gpu_check: no test file under tests/ holds a cuda mark" >&2
+    exit 1
+fi
+step pytest-cuda 120 "$PY" -m pytest -m cuda -p no:cacheprovider -q --junitxml "$OUT/pytest-cuda.xml" "${CUDA_TESTS[@]}"
 step sampling 75 "$PY" benchmarks/sampling.py --device cuda --repeats 3 --out "$OUT/sampling.json"
 step attention 60 "$PY" benchmarks/attention.py --device cuda --repeats 20 --out "$OUT/attention.json"
 step serving 120 "$PY" benchmarks/serving.py --device cuda --repeats 2 --out "$OUT/serving.json"
