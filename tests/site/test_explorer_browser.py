@@ -16,7 +16,7 @@ from browser import saved_widget_states, served_page, write_standalone_site
 from decodelab.book.widgets.explorer import DistributionExplorer, ExplorerParams, explorer_state, make_context
 
 ROOT = Path(__file__).resolve().parents[2]
-ESM = ROOT / "lib" / "decodelab" / "widgets" / "explorer.js"
+ESM = ROOT / "lib" / "decodelab" / "book" / "widgets" / "explorer.js"
 TIMEOUT_MS = 30_000
 
 pytestmark = pytest.mark.browser
