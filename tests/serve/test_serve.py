@@ -274,14 +274,8 @@ class GatedServer:
         self.server.should_exit = True
         self.thread.join()
 
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=10.0)
-
-    def metric(self, name: str) -> float:
-        for line in self.get("/metrics").text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        raise KeyError(name)
+    get = LocalServer.get                                # both read 127.0.0.1:self.port
+    metric = LocalServer.metric
 
     def wait_for_abort(self) -> None:
         """Until the app has aborted a request; the deadline only turns a broken server into a failure, not a hang."""

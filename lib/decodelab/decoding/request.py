@@ -5,7 +5,7 @@ Both paths call these same functions, so the same prompt and `SamplingParams` ar
 end for the same reason:
 
     ids = prompt_token_ids("小明", tokenizer, "prompt", vocab_size=473, context=256)
-    finish_reason(params, token, output_ids, len(ids) + len(output_ids), eos_ids, 256, tokenizer.decode)
+    finish_reason(params, token, output_ids, len(ids) + len(output_ids), eos_ids, 256, detokenizer)
 
 Taught in: chapters/07c-serving.ipynb
 """
@@ -100,17 +100,15 @@ def eos_token_ids(model, tokenizer=None) -> set[int]:
 
 def finish_reason(params: SamplingParams, token: int, output_ids: Sequence[int], num_tokens: int,
                   eos_ids: set[int], context: int | None,
-                  text: IncrementalDetokenizer | Callable[[list[int]], str] | None) -> str | None:
+                  text: IncrementalDetokenizer | None) -> str | None:
     """Why a sample ends with `token` (the last of `output_ids`; prompt + output is `num_tokens` long), or None:
     "stop" for EOS (unless `ignore_eos`), a stop token, or a stop string in the output text (`text`: the sample's
-    IncrementalDetokenizer, already pushed `token`; or a function decoding ids; stop strings need one); "length" for
-    `max_tokens` or a full context."""
+    IncrementalDetokenizer, already pushed `token`; stop strings need one); "length" for `max_tokens` or a full
+    context."""
     if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
         return "stop"
-    if params.stop and text is not None:
-        if text.stopped if isinstance(text, IncrementalDetokenizer) else \
-                truncate_at_stop(text(list(output_ids)), params.stop)[1]:
-            return "stop"
+    if params.stop and text is not None and text.stopped:
+        return "stop"
     if len(output_ids) >= params.max_tokens or (context is not None and num_tokens >= context):
         return "length"
     return None
