@@ -107,13 +107,13 @@ def time_step(runner: PagedLlama, device: str, num_seqs: int, new_tokens: int, c
     """Time one forward of `num_seqs` sequences with `new_tokens` each at the end of `context` tokens."""
     blocks_per_seq = -(-context // BLOCK_SIZE)
     kv_cache = runner.allocate_kv_cache(num_seqs * blocks_per_seq, BLOCK_SIZE)
-    runs = []
+    sequences = []
     start = context - new_tokens
     for seq in range(num_seqs):
         blocks = list(range(seq * blocks_per_seq, (seq + 1) * blocks_per_seq))
         slots = [blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, context)]
-        runs.append((torch.randint(3, runner.vocab_size, (new_tokens,)).tolist(), start, slots, blocks))
-    batch = StepBatch.build(runs, device)
+        sequences.append((torch.randint(3, runner.vocab_size, (new_tokens,)).tolist(), start, slots, blocks))
+    batch = StepBatch.build(sequences, device)
     seconds = best_seconds(lambda: runner.forward(batch, kv_cache), device, repeats)
     flops, nbytes = step_cost(runner, num_seqs, new_tokens, context)
     return {"batch": num_seqs, "new_tokens": new_tokens, "context": context, "seconds": seconds, "flops": flops,

@@ -97,7 +97,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
     from decodelab.sampling import sampler as sampling
 
     engine = Engine(model, block_size=16, max_num_seqs=batch)
-    spent = {"forward": 0.0, "schedule": 0.0, "run (batch + forward)": 0.0, "sample": 0.0, "sample: noise": 0.0,
+    spent = {"forward": 0.0, "schedule": 0.0, "execute (batch + forward)": 0.0, "sample": 0.0, "sample: noise": 0.0,
              "postprocess": 0.0}
     patched = []
 
@@ -113,7 +113,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
         patched.append((owner, name, call))
 
     timed(engine.runner, "forward", "forward")
-    timed(engine.runner, "run", "run (batch + forward)")
+    timed(engine.runner, "execute", "execute (batch + forward)")
     timed(engine.scheduler, "schedule", "schedule")
     timed(engine.scheduler, "update_from_output", "postprocess")
     timed(engine.drawer, "sample", "sample")

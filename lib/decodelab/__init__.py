@@ -12,7 +12,7 @@ The subpackages, from the bottom up; a module imports only what sits below it, a
     sampling/   params -> batch -> penalties -> processors -> draw;  ops/  the fast routes
     grammar/    what a grammar is to the sampler (a token mask per step) and its back ends
     decoding/   one model over transformers' cache: generate, beam search, speculative, constrained
-    kv/         block pool and block table, the first-fit slab, chapter 06's contiguous cache
+    kv/         block pool and block table, the first-fit slab (the engine's "slab" layout), chapter 06's contiguous cache
     runner/     the paged forward and its attention (torch reference, Triton)
     engine/     the continuous-batching engine: scheduler, speculation, the asyncio loop
     serve/      the OpenAI-compatible server, its protocol, its Prometheus metrics

@@ -5,7 +5,7 @@ import pytest
 
 from decodelab.engine.scheduler import Drawn, Scheduler, StepKind
 from decodelab.engine.sequence import Status
-from decodelab.kv.layout import ContiguousLayout, PagedLayout
+from decodelab.kv.layout import SlabLayout, PagedLayout
 from decodelab.sampling import SamplingParams
 
 EOS = 0
@@ -41,15 +41,15 @@ def test_plan_prefills_the_waiting_then_decodes_the_running():
     a, b = add(scheduler, 0, [1, 2, 3]), add(scheduler, 1, [4, 5])
     plan = scheduler.schedule()
     assert plan.kind == "prefill" and plan.kind is StepKind.PREFILL
-    assert [(r.seq, r.token_ids, r.start) for r in plan.runs] == [(a, [1, 2, 3], 0), (b, [4, 5], 0)]
-    assert [len(r.slots) for r in plan.runs] == [3, 2] and plan.samples == [(0, a), (1, b)]
+    assert [(r.seq, r.token_ids, r.start) for r in plan.scheduled] == [(a, [1, 2, 3], 0), (b, [4, 5], 0)]
+    assert [len(r.slots) for r in plan.scheduled] == [3, 2] and plan.samples == [(0, a), (1, b)]
     assert a.status is b.status is Status.RUNNING and not scheduler.waiting
     update = scheduler.update_from_output(plan, drawn(plan, 7, 8))
     assert update.tokens == [[7], [8]] and update.reasons == [None, None] and not update.finished
     assert a.token_ids == [1, 2, 3, 7] and a.table.num_tokens == 3   # the new token's K/V come next step
     plan = scheduler.schedule()
     assert plan.kind == "decode"
-    assert [(r.token_ids, r.start) for r in plan.runs] == [([7], 3), ([8], 2)]
+    assert [(r.token_ids, r.start) for r in plan.scheduled] == [([7], 3), ([8], 2)]
     assert a.table.num_tokens == 4 and b.table.num_tokens == 3
 
 
@@ -84,7 +84,7 @@ def test_a_finish_drops_the_tokens_after_it_and_their_logprobs():
     plan = scheduler.schedule()
     scheduler.update_from_output(plan, drawn(plan, 5))
     plan = scheduler.schedule()
-    assert plan.runs[0].num_lookahead == 2 and seq.table.num_slots >= 4 + 2
+    assert plan.scheduled[0].num_lookahead == 2 and seq.table.num_slots >= 4 + 2
     update = scheduler.update_from_output(plan, Drawn([[6, EOS, 9]], [["a", "b", "c"]]))
     assert update.tokens == [[6, EOS]] and update.logprobs == [["a", "b"]] and update.reasons == ["stop"]
     assert seq.logprobs == ["a", "b"] and seq.output_token_ids == [5, 6, EOS]
@@ -116,8 +116,8 @@ def test_preemption_frees_the_newest_and_recomputes_it_first():
     scheduler.update_from_output(plan, drawn(plan, EOS))     # `old` ends: its blocks come back
     plan = scheduler.schedule()
     assert plan.kind == "prefill" and plan.seqs == [new]
-    [run] = plan.runs                                        # prompt and output again; its full block is cached
-    assert (run.num_cached, run.start, run.token_ids) == (2, 2, [6, 8, 10])
+    [sched] = plan.scheduled                                        # prompt and output again; its full block is cached
+    assert (sched.num_cached, sched.start, sched.token_ids) == (2, 2, [6, 8, 10])
 
 
 def test_prefix_cache_hits_skip_the_cached_blocks():
@@ -128,8 +128,8 @@ def test_prefix_cache_hits_skip_the_cached_blocks():
     assert first.status is Status.FINISHED
     second = add(scheduler, 1, [1, 2, 3, 4, 6, 7])
     plan = scheduler.schedule()
-    [run] = plan.runs
-    assert (run.num_cached, run.start, run.token_ids) == (4, 4, [6, 7])
+    [sched] = plan.scheduled
+    assert (sched.num_cached, sched.start, sched.token_ids) == (4, 4, [6, 7])
     assert scheduler.num_cached_tokens == 4 and second.table.num_tokens == 6
 
 
@@ -171,8 +171,8 @@ def test_a_failed_admission_leaves_the_free_queue_untouched():
     assert waiting.table.block_ids == [] and all(pool.ref_count(b) == 0 for b in hits)
 
 
-def test_contiguous_admission_waits_for_a_free_run():
-    scheduler = make(layout=ContiguousLayout(num_slots=20, max_model_len=64))
+def test_slab_admission_waits_for_a_free_extent():
+    scheduler = make(layout=SlabLayout(num_slots=20, max_model_len=64))
     first = add(scheduler, 0, [1, 2, 3], max_tokens=9)       # reserves 12 slots
     second = add(scheduler, 1, [4, 5, 6], max_tokens=9)      # 12 more do not fit in the 8 left
     plan = scheduler.schedule()

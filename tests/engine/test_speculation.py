@@ -203,7 +203,7 @@ def random_draft(vocab_size, context):
      "draft and target must share a vocabulary: draft has 300 tokens, target 473"),
     (lambda m: Engine(m["target"], speculative=SpeculativeConfig(random_draft(473, 64))), ValueError,
      "the draft's context (64 positions) must be at least the target's (512)"),
-    (lambda m: Engine(m["target"], kv_layout="contiguous", speculative=SpeculativeConfig("ngram")), ValueError,
+    (lambda m: Engine(m["target"], kv_layout="slab", speculative=SpeculativeConfig("ngram")), ValueError,
      "speculative decoding needs kv_layout='paged'"),
 ])
 def test_bad_configs_are_refused(models, make, error, message):

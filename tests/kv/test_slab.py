@@ -1,4 +1,4 @@
-"""The contiguous-reservation baseline: first-fit placement, merging on free, external fragmentation, bad input,
+"""The slab-reservation baseline (kv_layout="slab"): first-fit placement, merging on free, external fragmentation, bad input,
 and the engine running over it with the same scheduler and model as the paged layout."""
 import pytest
 from hypothesis import given, settings
@@ -33,7 +33,7 @@ def test_external_fragmentation_blocks_a_request_that_fits_in_total():
     assert slab.num_free_blocks == 6 and slab.largest_free_extent() == 3
     assert slab.find(5) is None and slab.external_fragmentation(5) == 6
     assert slab.external_fragmentation(3) == 0
-    with pytest.raises(RuntimeError, match="no free run of 5 slots: 6 of 10 slots are free, the longest run holds 3"):
+    with pytest.raises(RuntimeError, match="no free extent of 5 slots: 6 of 10 slots are free, the longest extent holds 3"):
         slab.allocate(5)
 
 
@@ -46,7 +46,7 @@ def test_bad_sizes_are_rejected(size):
 def test_bad_frees_are_rejected():
     slab = FirstFitSlab(8)
     start = slab.allocate(3)
-    with pytest.raises(ValueError, match=r"start must be the start of a held run \[0\], got 1"):
+    with pytest.raises(ValueError, match=r"start must be the start of a held extent \[0\], got 1"):
         slab.free(1)
     slab.free(start)
     with pytest.raises(ValueError, match="got 0"):
@@ -97,7 +97,7 @@ def test_slab_invariants_hold_under_any_sequence(ops):
             slab.free(start)
         extents = slab.free_extents
         assert sum(n for _, n in extents) + sum(n for _, n in held) == 40
-        assert all(s1 + n1 < s2 for (s1, n1), (s2, _) in zip(extents, extents[1:])), "free runs never touch"
+        assert all(s1 + n1 < s2 for (s1, n1), (s2, _) in zip(extents, extents[1:])), "free extents never touch"
         covered = sorted([(s, n) for s, n in held] + extents)
         assert all(s1 + n1 == s2 for (s1, n1), (s2, _) in zip(covered, covered[1:])) and covered[0][0] == 0
 
@@ -116,7 +116,7 @@ def test_engine_over_the_slab_generates_what_the_paged_engine_does(tiny):
     params = [SamplingParams(temperature=1.0, seed=i, max_tokens=m) for i, m in enumerate((12, 20, 8, 30))]
     paged = Engine(model, tokenizer, block_size=16, num_blocks=8).generate(prompts, params)
     for reserve in ("max_tokens", "max_model_len"):
-        engine = Engine(model, tokenizer, block_size=16, num_blocks=40, kv_layout="contiguous", reserve=reserve)
+        engine = Engine(model, tokenizer, block_size=16, num_blocks=40, kv_layout="slab", reserve=reserve)
         assert [c.token_ids for c in engine.generate(prompts, params)] == [c.token_ids for c in paged]
         assert engine.pool.num_free_blocks == 640 and engine.stats.preemptions == 0
 
@@ -125,19 +125,19 @@ def test_engine_reservations_limit_concurrency(tiny):
     from decodelab.engine.engine import Engine
     from decodelab.sampling.sampler import SamplingParams
     model, tokenizer = tiny
-    engine = Engine(model, tokenizer, block_size=16, num_blocks=32, kv_layout="contiguous", reserve="max_model_len")
+    engine = Engine(model, tokenizer, block_size=16, num_blocks=32, kv_layout="slab", reserve="max_model_len")
     for prompt in ["小明", "床前", "今天"]:
         engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=4))
     first = engine.step()
-    assert first.kind == "prefill" and first.num_running == 2 and first.num_waiting == 1   # 512 slots: two runs of 256
+    assert first.kind == "prefill" and first.num_running == 2 and first.num_waiting == 1   # 512 slots: two extents of 256
     assert first.allocated_slots == 512
 
 
-def test_engine_rejects_what_a_contiguous_slab_cannot_do(tiny):
+def test_engine_rejects_what_a_slab_cannot_do(tiny):
     from decodelab.engine.engine import Engine
     from decodelab.sampling.sampler import SamplingParams
     model, tokenizer = tiny
-    engine = Engine(model, tokenizer, block_size=16, num_blocks=8, kv_layout="contiguous")
+    engine = Engine(model, tokenizer, block_size=16, num_blocks=8, kv_layout="slab")
     with pytest.raises(ValueError, match="cannot share a prompt"):
         engine.add_request("小明", SamplingParams(n=2))
     with pytest.raises(ValueError, match="reserves 203 slots, more than the whole slab of 128"):

@@ -15,16 +15,16 @@ def prefill_then_decode(hf_model, prompts, next_tokens, block_size=4):
     pool = BlockPool(64, block_size)
     kv = runner.allocate_kv_cache(64, block_size)
     tables = [BlockTable(block_size) for _ in prompts]
-    runs = []
+    sequences = []
     for prompt, table in zip(prompts, tables):
         slots, _ = table.append(pool, prompt)
-        runs.append((prompt, 0, slots, list(table.block_ids)))
-    prefill = runner.forward(StepBatch.build(runs), kv, all_logits=True)    # [T, V]
-    runs = []
+        sequences.append((prompt, 0, slots, list(table.block_ids)))
+    prefill = runner.forward(StepBatch.build(sequences), kv, all_logits=True)    # [T, V]
+    sequences = []
     for prompt, table, token in zip(prompts, tables, next_tokens):
         slots, _ = table.append(pool, [token])
-        runs.append(([token], len(prompt), slots, list(table.block_ids)))
-    decode = runner.forward(StepBatch.build(runs), kv)                       # [B, V]
+        sequences.append(([token], len(prompt), slots, list(table.block_ids)))
+    decode = runner.forward(StepBatch.build(sequences), kv)                       # [B, V]
     return prefill, decode
 
 
@@ -64,7 +64,7 @@ def test_shipped_model_logits_equal_transformers(tiny):
 def test_rejects_other_models():
     with pytest.raises(TypeError, match="hf_model must be"):
         PagedLlama(torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="runs must name at least one sequence"):
+    with pytest.raises(ValueError, match="sequences must name at least one"):
         StepBatch.build([])
     with pytest.raises(ValueError, match="one slot per token"):
         StepBatch.build([([1, 2], 0, [0], [0])])

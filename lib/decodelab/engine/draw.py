@@ -35,7 +35,7 @@ class TokenDrawer:
         self._sampling: SamplingBatch | None = None
 
     def draw(self, plan: Schedule, logits: torch.Tensor) -> Drawn:
-        """One token per sample of `plan` from `logits` `[len(plan.runs), V]` (one row per run)."""
+        """One token per sample of `plan` from `logits` `[len(plan.scheduled), V]` (one row per scheduled sequence)."""
         rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
         row_logits = take_rows(logits, rows)                                   # [len(seqs), V]
         row_logits = mask_logits(row_logits, [s.grammar_state for s in seqs])   # requests with a grammar

@@ -6,13 +6,13 @@ every running sequence (see `decodelab.engine.scheduler`); blocks that run out t
 prompt blocks are reused through the prefix cache; n > 1 samples fork the prompt's blocks (copy-on-write).
 
 `Engine.step` is one pipeline, top to bottom:
-  plan (`Scheduler.schedule`) -> propose (the speculator; `NoSpeculation` proposes nothing) -> run (`PagedLlama.run`)
+  plan (`Scheduler.schedule`) -> propose (the speculator; `NoSpeculation` proposes nothing) -> execute (`PagedLlama.execute`)
   -> draw (`TokenDrawer`: masks, sampling, logprobs; or the speculator's verify) -> `Scheduler.update_from_output`
   (the one write of request state) -> the `StepOutput`, built from that state without side effects.
 
 The keywords become an `EngineConfig` (`decodelab.engine.config`), checked once. `kv_layout` picks a
-`decodelab.kv.layout` strategy: "paged", or "contiguous", the baseline paging replaced (one slab of the same number
-of slots, each request reserving one run of prompt + max_tokens, or max_model_len, slots at admission, first fit);
+`decodelab.kv.layout` strategy: "paged", or "slab", the baseline paging replaced (one slab of the same number
+of slots, each request reserving one extent of prompt + max_tokens, or max_model_len, slots at admission, first fit);
 scheduler and model stay the same.
 `speculative=SpeculativeConfig(draft, gamma)` makes every decode step a speculative round per sequence: a draft model
 (its K/V in the same block pool) or the n-gram draft proposes up to gamma tokens, the target judges them in one
@@ -70,9 +70,9 @@ class Engine:
 
     num_blocks defaults to what max_num_seqs sequences of full context need, capped at 1 GiB of K/V.
     attention: "torch" (the reference, any device) or "triton" (decode steps by the Triton kernel; CUDA).
-    kv_layout: "paged" (blocks of `block_size`) or "contiguous" (one slab of num_blocks × block_size slots, one run
-    per request, first fit; `reserve` sizes the run: "max_tokens" = prompt + max_tokens, "max_model_len" = the
-    model's context). The contiguous layout shares nothing: no prefix caching, n must be 1.
+    kv_layout: "paged" (blocks of `block_size`) or "slab" (one slab of num_blocks × block_size slots, one extent
+    per request, first fit; `reserve` sizes the extent: "max_tokens" = prompt + max_tokens, "max_model_len" = the
+    model's context). The slab layout shares nothing: no prefix caching, n must be 1.
     speculative: a `SpeculativeConfig` for speculative decoding (paged layout only; `decodelab.engine.speculation`).
     Taught in: chapters/07-paged-attention.ipynb
     """
@@ -108,12 +108,12 @@ class Engine:
 
     @property
     def pool(self):
-        """The layout's allocator: a `BlockPool` (paged) or a `FirstFitSlab` (contiguous)."""
+        """The layout's allocator: a `BlockPool` (paged) or a `FirstFitSlab` (slab)."""
         return self.layout.pool
 
     @property
     def block_size(self) -> int:
-        """Slots per block as the forward addresses them (1 for the contiguous layout)."""
+        """Slots per block as the forward addresses them (1 for the slab layout)."""
         return self.layout.block_size
 
     # -- requests ------------------------------------------------------------------------------------------
@@ -219,8 +219,8 @@ class Engine:
         plan = self.scheduler.schedule()              # who runs, their slots, block copies, preemptions, forks
         if plan.kind is StepKind.IDLE:
             return StepOutput.idle(self.num_waiting, plan)
-        drafts = self.speculator.propose(plan)        # per run: drafts into the slots the plan holds
-        logits = self.runner.run(plan, self.kv_cache, drafts.tokens)   # [rows, V]; the copies, then one forward
+        drafts = self.speculator.propose(plan)        # per scheduled sequence: drafts into the slots the plan holds
+        logits = self.runner.execute(plan, self.kv_cache, drafts.tokens)   # [rows, V]; the copies, then one forward
         holding = self._account(plan)                 # (live slots, allocated slots, sequences holding blocks)
         drawn = self.speculator.draw(plan, drafts, logits, self.drawer)   # per sample: tokens and logprobs
         update = self.scheduler.update_from_output(plan, drawn)          # the one write of request state
@@ -233,7 +233,7 @@ class Engine:
         live, allocated = self.pool.filled_slots(), self.pool.num_used_blocks * self.block_size
         self._steps += 1
         self._utilization_sum += live / allocated
-        num_new = sum(len(run.token_ids) for run in plan.runs)
+        num_new = sum(len(sched.token_ids) for sched in plan.scheduled)
         if plan.kind is StepKind.PREFILL:
             self._prefill_tokens += num_new
         else:

@@ -47,7 +47,7 @@ class EngineStats:
 @dataclass(frozen=True, kw_only=True)
 class StepOutput:
     """What one `Engine.step()` did: the public observation API (the chapter's stepper, the server, metrics).
-    `plan` is the scheduler's decision for the step (`decodelab.engine.scheduler.Schedule`: runs with their slots and
+    `plan` is the scheduler's decision for the step (`decodelab.engine.scheduler.Schedule`: the scheduled sequences with their slots and
     prefix-cache hits, block copies, preemptions, forks). Built by keyword, or `StepOutput.idle(...)`."""
     kind: StepKind                         # "prefill" | "decode" | "idle"
     new_tokens: dict[int, int]             # seq_id -> last token appended this step (a speculative step may append
@@ -79,7 +79,7 @@ class SequenceView:
     request_id: int
     sample_index: int
     status: str                            # "running" (holds blocks) or "waiting" (queued for a prefill)
-    block_ids: tuple[int, ...]             # its block table (a contiguous run's slots when kv_layout="contiguous")
+    block_ids: tuple[int, ...]             # its block table (an extent's slots when kv_layout="slab")
     num_tokens: int                        # tokens whose K/V its blocks hold
     num_slots: int                         # slots its table holds (blocks × block_size, or the reservation)
     num_prompt_tokens: int

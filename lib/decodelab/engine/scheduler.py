@@ -11,8 +11,8 @@ per sequence, up to the first that finishes it, and gives back the blocks only r
 
 The scheduler reads K/V through `decodelab.kv.protocols`: the layout's `admit` says whether a waiting sequence fits
 (touching nothing when it does not), each table's `can_append` whether a decode token does. So the same policy runs
-over a paged `BlockPool` + `BlockTable` and over the contiguous baseline, `FirstFitSlab` + `Reservation`
-(`decodelab.kv.layout`), where admission means finding one free run for the whole reservation.
+over a paged `BlockPool` + `BlockTable` and over the slab baseline, `FirstFitSlab` + `Reservation`
+(`decodelab.kv.layout`), where admission means finding one free extent for the whole reservation.
 
 Taught in: chapters/07-paged-attention.ipynb
 """
@@ -41,7 +41,7 @@ class StepKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class ScheduledRun:
+class ScheduledSeq:
     """One sequence's part of a step: the tokens it feeds the model and the KV slots they are written to."""
     seq: SequenceState
     token_ids: list[int]                      # new tokens (the whole uncached prompt for a prefill, else one)
@@ -55,11 +55,12 @@ class ScheduledRun:
 class Schedule:
     """The plan of one step, decided before the model runs and read by everything after it.
 
-    `runs` has one entry per model row; `samples` one (row, sequence) per token to draw: each run, and after a
+    `scheduled` has one entry per model row; `samples` one (row, sequence) per token to draw: each scheduled
+    sequence, and after a
     prefill the request's other n - 1 samples (`forks`), which share their prompt's blocks and draw from its row.
     """
     kind: StepKind
-    runs: list[ScheduledRun]
+    scheduled: list[ScheduledSeq]
     copies: list[tuple[int, int]]              # (src, dst) blocks to copy before the forward (copy-on-write)
     preempted: list[SequenceState]
     forks: list[SequenceState] = field(default_factory=list)
@@ -67,7 +68,7 @@ class Schedule:
 
     @property
     def seqs(self) -> list[SequenceState]:
-        return [run.seq for run in self.runs]
+        return [sched.seq for sched in self.scheduled]
 
 
 @dataclass(frozen=True)
@@ -153,19 +154,19 @@ class Scheduler:
         prefill = self._schedule_prefill()
         if prefill:
             forks, samples = [], []
-            for row, run in enumerate(prefill):              # each prompt's samples draw from its row
-                children = self._fork(run.seq)
+            for row, sched in enumerate(prefill):              # each prompt's samples draw from its row
+                children = self._fork(sched.seq)
                 forks += children
-                samples += [(row, seq) for seq in (run.seq, *children)]
+                samples += [(row, seq) for seq in (sched.seq, *children)]
             return Schedule(StepKind.PREFILL, prefill, [], [], forks, samples)
         if not self.running:
             return Schedule(StepKind.IDLE, [], [], [])
         return self._schedule_decode()
 
-    def _schedule_prefill(self) -> list[ScheduledRun]:
+    def _schedule_prefill(self) -> list[ScheduledSeq]:
         """Admit waiting sequences in order while they fit. The layout's `admit` is asked first and takes nothing,
         so the one that does not fit leaves the free queue and the prefix cache as they were (vLLM's rule)."""
-        scheduled: list[ScheduledRun] = []
+        scheduled: list[ScheduledSeq] = []
         num_tokens = 0
         while self.waiting:
             seq = self.waiting[0]
@@ -180,8 +181,8 @@ class Scheduler:
             self.num_cached_tokens += cached
             num_tokens += len(new_tokens)
             seq.status = Status.RUNNING
-            scheduled.append(ScheduledRun(self.waiting.popleft(), list(new_tokens), cached, slots, cached))
-        self.running += [run.seq for run in scheduled]
+            scheduled.append(ScheduledSeq(self.waiting.popleft(), list(new_tokens), cached, slots, cached))
+        self.running += [sched.seq for sched in scheduled]
         return scheduled
 
     def _fork(self, parent: SequenceState) -> list[SequenceState]:
@@ -195,7 +196,7 @@ class Scheduler:
 
     def _schedule_decode(self) -> Schedule:
         queue = deque(self.running)
-        scheduled: list[ScheduledRun] = []
+        scheduled: list[ScheduledSeq] = []
         preempted: list[SequenceState] = []
         copies: list[tuple[int, int]] = []
         while queue:
@@ -213,9 +214,9 @@ class Scheduler:
                 if extra:
                     seq.table.reserve(self.pool, extra)
                 copies += seq_copies
-                scheduled.append(ScheduledRun(seq, seq.token_ids[-1:], start, slots, num_lookahead=extra))
-        self.running = [run.seq for run in scheduled]
-        samples = [(row, run.seq) for row, run in enumerate(scheduled)]
+                scheduled.append(ScheduledSeq(seq, seq.token_ids[-1:], start, slots, num_lookahead=extra))
+        self.running = [sched.seq for sched in scheduled]
+        samples = [(row, sched.seq) for row, sched in enumerate(scheduled)]
         return Schedule(StepKind.DECODE, scheduled, copies, preempted, [], samples)
 
     def _preempt(self, seq: SequenceState) -> None:
@@ -253,7 +254,7 @@ class Scheduler:
                     seq.grammar_state.advance(token)
             if reason is not None:
                 self._finish(seq, reason)
-            elif plan.runs[row].num_lookahead:
+            elif plan.scheduled[row].num_lookahead:
                 seq.table.append(self.pool, seq.token_ids[seq.table.num_tokens:-1])
                 seq.table.trim(self.pool)
             appended.append(tokens)

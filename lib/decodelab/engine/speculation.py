@@ -7,12 +7,12 @@ engine's one `step`, not a second one: the engine asks its speculator how many d
 (`lookahead`), to `propose` before the target runs and to `draw` after it; `NoSpeculation` answers none, nothing
 and "sample", so an engine without speculation runs the same step with no branch for it.
 
-1. the scheduler holds up to gamma empty slots past each sequence's last token (`ScheduledRun.num_lookahead`, fewer
+1. the scheduler holds up to gamma empty slots past each sequence's last token (`ScheduledSeq.num_lookahead`, fewer
    near `max_tokens` or the end of the context), preempting as it would for one token;
 2. `Speculator.propose`: the draft fills them. A smaller model keeps its own K/V tensor, addressed by the SAME block
    tables and slots as the target's (one batched forward per draft position), or the n-gram draft looks the tokens up
    in the sequence;
-3. the target runs once over every sequence's [last token, drafts] (`PagedLlama.run(plan, kv, drafts)`), with logits
+3. the target runs once over every sequence's [last token, drafts] (`PagedLlama.execute(plan, kv, drafts)`), with logits
    at every position;
 4. `Speculator.verify`: `decodelab.decoding.speculative.verify` per sequence, with the sequence's own generator, keeps a prefix
    of the drafts (each with probability min(1, p/q)) and draws one more token (the residual's or the bonus);
@@ -83,18 +83,18 @@ class SpeculativeConfig:
 @dataclass(frozen=True)
 class Proposal:
     """One sequence's drafts for one step."""
-    tokens: list[int]                      # k <= the run's num_lookahead drafts
+    tokens: list[int]                      # k <= the scheduled sequence's num_lookahead drafts
     q: torch.Tensor | None                 # [k, V] float64, the draft's probabilities; None: point masses (n-gram)
 
 
 @dataclass(frozen=True)
 class Drafts:
-    """A step's proposals, one per run of a speculative decode step; none in a prefill or without speculation."""
+    """A step's proposals, one per scheduled sequence of a speculative decode step; none in a prefill or without speculation."""
     proposals: tuple[Proposal, ...] = ()
 
     @property
     def tokens(self) -> list[list[int]] | None:
-        """The drafts per run, as `PagedLlama.run` takes them (None: plain one-token runs)."""
+        """The drafts per scheduled sequence, as `PagedLlama.execute` takes them (None: one token per sequence)."""
         return [p.tokens for p in self.proposals] if self.proposals else None
 
     def by_sequence(self, plan: Schedule, drawn: Drawn) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
@@ -226,7 +226,7 @@ class Speculator:
         return max(0, min(self.gamma, left, self.max_model_len - len(seq.token_ids)))
 
     def propose(self, plan: Schedule) -> Drafts:
-        """A decode step's drafts, per run; a prefill step proposes none and writes the draft model's K/V of its
+        """A decode step's drafts, per scheduled sequence; a prefill step proposes none and writes the draft model's K/V of its
         tokens instead."""
         if plan.kind is StepKind.PREFILL:
             self._prefill(plan)
@@ -234,7 +234,7 @@ class Speculator:
         return Drafts(tuple(self._propose(plan)))
 
     def draw(self, plan: Schedule, drafts: Drafts, logits: torch.Tensor, drawer: TokenDrawer) -> Drawn:
-        """A prefill samples as without speculation; a decode step verifies each run's drafts on the target's logits
+        """A prefill samples as without speculation; a decode step verifies each sequence's drafts on the target's logits
         `[sum(1 + k), V]` and takes each kept token's logprob from the row it was judged at."""
         if not drafts.proposals:
             return drawer.draw(plan, logits)
@@ -250,56 +250,56 @@ class Speculator:
         """Write the draft model's K/V of a prefill step's tokens (the target's plan, the draft's tensor)."""
         if self.runner is None:
             return
-        self.runner.run(plan, self.kv_cache)
+        self.runner.execute(plan, self.kv_cache)
         for seq in (*plan.seqs, *plan.forks):                 # forks share their prompt's blocks
             self._draft_len[seq] = seq.table.num_tokens
 
     @torch.inference_mode()
     def _propose(self, plan: Schedule) -> list[Proposal]:
-        """Up to `run.num_lookahead` drafts per run of a decode plan. A model draft feeds, per sequence, what it has
+        """Up to `sched.num_lookahead` drafts per scheduled sequence of a decode plan. A model draft feeds, per sequence, what it has
         not read yet (its last token, and the previous round's last kept draft if it never read it), draws d_1 from
         q_1, feeds d_1, ..., one batched forward per draft position, its K/V written to the slots the table holds."""
         if self.runner is None:
-            return [Proposal(self.ngram.propose(run.seq.token_ids, run.num_lookahead, run.seq.params, None)[0]
-                             if run.num_lookahead else [], None) for run in plan.runs]
+            return [Proposal(self.ngram.propose(sched.seq.token_ids, sched.num_lookahead, sched.seq.params, None)[0]
+                             if sched.num_lookahead else [], None) for sched in plan.scheduled]
         for src, dst in plan.copies:                          # the target's copy-on-write, in the draft's tensor
             self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
-        tokens: list[list[int]] = [[] for _ in plan.runs]
-        rows: list[list[torch.Tensor]] = [[] for _ in plan.runs]
-        feeds: dict[int, tuple[list[int], int]] = {}          # run index -> (tokens to feed, position of the first)
-        for i, run in enumerate(plan.runs):
-            if run.num_lookahead:
-                start = min(self._draft_len.get(run.seq, 0), run.start)
-                feeds[i] = (run.seq.token_ids[start:run.start + 1], start)
+        tokens: list[list[int]] = [[] for _ in plan.scheduled]
+        rows: list[list[torch.Tensor]] = [[] for _ in plan.scheduled]
+        feeds: dict[int, tuple[list[int], int]] = {}          # scheduled index -> (tokens to feed, position of the first)
+        for i, sched in enumerate(plan.scheduled):
+            if sched.num_lookahead:
+                start = min(self._draft_len.get(sched.seq, 0), sched.start)
+                feeds[i] = (sched.seq.token_ids[start:sched.start + 1], start)
         while feeds:
             order = list(feeds)
-            batch = StepBatch.build([(feed, start, [plan.runs[i].seq.table.slot(p)
+            batch = StepBatch.build([(feed, start, [plan.scheduled[i].seq.table.slot(p)
                                                     for p in range(start, start + len(feed))],
-                                      plan.runs[i].seq.table.block_ids)
+                                      plan.scheduled[i].seq.table.block_ids)
                                      for i, (feed, start) in feeds.items()], self.runner.device)
             logits = self.runner.forward(batch, self.kv_cache)                            # [B, V]
-            q = distributions(logits, [plan.runs[i].seq.params for i in order])          # [B, V] float64
+            q = distributions(logits, [plan.scheduled[i].seq.params for i in order])          # [B, V] float64
             for row, i in enumerate(order):
-                seq = plan.runs[i].seq
+                seq = plan.scheduled[i].seq
                 feed, start = feeds.pop(i)
                 self._draft_len[seq] = start + len(feed)
                 token = int(torch.multinomial(q[row], 1, generator=seq.generator))
                 tokens[i].append(token)
                 rows[i].append(q[row])
-                if len(tokens[i]) < plan.runs[i].num_lookahead:
+                if len(tokens[i]) < plan.scheduled[i].num_lookahead:
                     feeds[i] = ([token], start + len(feed))
         return [Proposal(drafted, torch.stack(q_rows) if q_rows else None) for drafted, q_rows in zip(tokens, rows)]
 
     def _verify(self, plan: Schedule, proposals: tuple[Proposal, ...], logits: torch.Tensor) -> list[list[int]]:
-        """Judge each run's drafts on the target's logits `[sum(1 + k), V]` (run after run, as `PagedLlama.run`
-        returns them): the kept drafts and the target's next token, per run."""
-        params = [run.seq.params for run, proposal in zip(plan.runs, proposals)
+        """Judge each sequence's drafts on the target's logits `[sum(1 + k), V]` (sequence after sequence, as `PagedLlama.execute`
+        returns them): the kept drafts and the target's next token, per sequence."""
+        params = [sched.seq.params for sched, proposal in zip(plan.scheduled, proposals)
                   for _ in range(len(proposal.tokens) + 1)]                               # one per logits row
         p = distributions(logits, params)                                                 # [sum(1 + k), V] float64
         out, offset = [], 0
-        for run, proposal in zip(plan.runs, proposals, strict=True):
+        for sched, proposal in zip(plan.scheduled, proposals, strict=True):
             k = len(proposal.tokens)
-            kept, token, betas = verify(proposal.tokens, proposal.q, p[offset:offset + k + 1], run.seq.generator)
+            kept, token, betas = verify(proposal.tokens, proposal.q, p[offset:offset + k + 1], sched.seq.generator)
             offset += k + 1
             self._rounds += 1
             self._drafted += k

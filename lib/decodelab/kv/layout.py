@@ -3,8 +3,8 @@ the check that a request can ever fit, and the admission test of a waiting seque
 
 - `PagedLayout`: a `BlockPool` of `num_blocks` blocks of `block_size` slots; a request takes blocks as it grows,
   shares cached prompt blocks (prefix caching) and forks them for n > 1.
-- `ContiguousLayout`: the baseline PagedAttention replaced, a `FirstFitSlab` of the same number of slots; a request
-  reserves one run at admission, prompt + max_tokens (`reserve="max_tokens"`) or the model's whole context
+- `SlabLayout`: the baseline PagedAttention replaced, a `FirstFitSlab` of the same number of slots; a request
+  reserves one extent at admission, prompt + max_tokens (`reserve="max_tokens"`) or the model's whole context
   (`reserve="max_model_len"`), and shares nothing.
 
 Admission follows vLLM: the waiting queue's head is admitted only if its new tokens fit; the test counts the cached
@@ -25,7 +25,7 @@ from decodelab.kv.blocks import BlockPool, BlockTable, block_hash
 from decodelab.kv.slab import FirstFitSlab, Reservation
 from decodelab.validation import ParamError
 
-KV_LAYOUTS = ("paged", "contiguous")
+KV_LAYOUTS = ("paged", "slab")
 RESERVATIONS = ("max_tokens", "max_model_len")
 
 
@@ -69,10 +69,10 @@ class PagedLayout:
         return cached if new_blocks <= pool.num_free_blocks - free_hits else None
 
 
-class ContiguousLayout:
-    """One `FirstFitSlab` of `num_slots` one-slot blocks; a request reserves its run at admission, first fit.
+class SlabLayout:
+    """One `FirstFitSlab` of `num_slots` one-slot blocks; a request reserves its extent at admission, first fit.
     Taught in: chapters/07-paged-attention.ipynb"""
-    name = "contiguous"
+    name = "slab"
     block_size = 1
 
     def __init__(self, num_slots: int, max_model_len: int, reserve: str = "max_tokens") -> None:
@@ -90,7 +90,7 @@ class ContiguousLayout:
 
     def check_fits(self, num_prompt_tokens: int, max_tokens: int, n: int, name: str) -> None:
         if n > 1:
-            raise ParamError("n", f"n for {name} is {n}; a contiguous reservation cannot share a prompt, "
+            raise ParamError("n", f"n for {name} is {n}; a slab reservation cannot share a prompt, "
                                   f"use kv_layout='paged' for n > 1")
         size = self.reservation_size(num_prompt_tokens, max_tokens)
         if size > self.pool.num_slots:
@@ -98,16 +98,16 @@ class ContiguousLayout:
                                            f"{self.pool.num_slots}; lower max_tokens or give the engine more memory")
 
     def admit(self, table: Reservation, token_ids: Sequence[int]) -> int | None:
-        """0 (a run shares nothing) if a free run holds the whole reservation, else None."""
+        """0 (an extent shares nothing) if a free extent holds the whole reservation, else None."""
         return 0 if table.can_append(self.pool, len(token_ids)) else None
 
 
 def make_layout(kv_layout: str, num_blocks: int, block_size: int, max_model_len: int,
-                enable_prefix_caching: bool = True, reserve: str = "max_tokens") -> PagedLayout | ContiguousLayout:
-    """The layout named `kv_layout`; a contiguous one gets the same memory as `num_blocks` blocks, as one slab."""
+                enable_prefix_caching: bool = True, reserve: str = "max_tokens") -> PagedLayout | SlabLayout:
+    """The layout named `kv_layout`; a slab one gets the same memory as `num_blocks` blocks, as one slab."""
     if kv_layout not in KV_LAYOUTS or reserve not in RESERVATIONS:
         raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
                          f"got {kv_layout!r} and {reserve!r}")
     if kv_layout == "paged":
         return PagedLayout(num_blocks, block_size, max_model_len, enable_prefix_caching)
-    return ContiguousLayout(num_blocks * block_size, max_model_len, reserve)
+    return SlabLayout(num_blocks * block_size, max_model_len, reserve)

@@ -1,10 +1,10 @@
 """What the scheduler needs from where K/V live: an allocator, one table per sequence, and the layout that makes them.
 
 Two layouts implement these (`decodelab.kv.layout`): the paged one (`BlockPool` + `BlockTable`, blocks of
-`block_size` slots) and the contiguous baseline (`FirstFitSlab` + `Reservation`, one run of slots per request, seen
+`block_size` slots) and the slab baseline (`FirstFitSlab` + `Reservation`, one extent of slots per request, seen
 as blocks of one slot). The scheduler and the model's forward read only what is named here, so they serve both.
 
-    table.match_prefix(pool, token_ids)     # share cached blocks (paged) or nothing (contiguous): tokens covered
+    table.match_prefix(pool, token_ids)     # share cached blocks (paged) or nothing (slab): tokens covered
     table.can_append(pool, 1)               # would one more token find a slot? (the decode step's test)
     slots, copies = table.append(pool, ids) # the new tokens' slots, and (src, dst) blocks to copy before writing
 

@@ -1,17 +1,17 @@
-"""Contiguous KV reservation, the baseline PagedAttention replaced: one slab of slots, first-fit placement.
+"""Slab KV reservation, the baseline PagedAttention replaced: one slab of slots, first-fit placement.
 
-Before paging, serving systems gave each request one contiguous run of KV slots sized for the longest it could
+Before paging, serving systems gave each request one extent of consecutive KV slots sized for the longest it could
 become, reserved when the request is admitted and freed when it finishes. Requests of different sizes come and go,
 so the free slots break into gaps between reservations: a request can wait while enough slots are free in total,
 because no single gap holds it (external fragmentation). Slots reserved but never written by the time the request
 ends are wasted too (over-reservation).
 
 - `FirstFitSlab` is the allocator: a slab of `num_slots` token slots, free extents kept sorted by start; `allocate`
-  takes the first extent that is long enough, `free` merges the run back with its free neighbours.
-- `Reservation` is one sequence's run of slots. It has the methods the scheduler calls on a `BlockTable`
+  takes the first extent that is long enough, `free` merges the extent back with its free neighbours.
+- `Reservation` is one sequence's extent of slots. It has the methods the scheduler calls on a `BlockTable`
   (`decodelab.kv.protocols.KVTable`: `can_append`, `append`, `release`, `match_prefix`), with blocks of one slot, so
   the same scheduler and the same model forward serve both layouts: token i of a sequence lives in slot start + i.
-  The slab counts the slots each run has written (`write`), so `filled_slots()` needs no help from outside.
+  The slab counts the slots each extent has written (`write`), so `filled_slots()` needs no help from outside.
 
     slab = FirstFitSlab(num_slots=10)
     a, b = slab.allocate(4), slab.allocate(4)   # 0, 4
@@ -29,10 +29,10 @@ from decodelab.validation import check_int
 
 
 class FirstFitSlab:
-    """`num_slots` KV slots handed out as contiguous runs, first fit.
+    """`num_slots` KV slots handed out as extents of consecutive slots, first fit.
 
     Exposes the counters the engine reads from a `BlockPool` (`num_blocks`, `num_used_blocks`, `num_free_blocks`,
-    `filled_slots()`), counted in slots: a contiguous layout is a pool of one-slot blocks.
+    `filled_slots()`), counted in slots: a slab layout is a pool of one-slot blocks.
     Taught in: chapters/07-paged-attention.ipynb
     """
 
@@ -66,33 +66,33 @@ class FirstFitSlab:
     # -- allocation ----------------------------------------------------------------------------------------
     @property
     def free_extents(self) -> list[tuple[int, int]]:
-        """Free runs as (start, length), by start."""
+        """Free extents as (start, length), by start."""
         return list(self._free)
 
     @property
     def reservations(self) -> dict[int, int]:
-        """Held runs as start -> length."""
+        """Held extents as start -> length."""
         return dict(self._held)
 
     def largest_free_extent(self) -> int:
         return max((length for _, length in self._free), default=0)
 
     def external_fragmentation(self, size: int) -> int:
-        """Free slots in gaps too short for a run of `size`: free, yet useless to a request that needs `size`."""
+        """Free slots in gaps too short for an extent of `size`: free, yet useless to a request that needs `size`."""
         check_int(size, "size")
         return sum(length for _, length in self._free if length < size)
 
     def find(self, size: int) -> int | None:
-        """Start of the first free run that holds `size` slots, or None."""
+        """Start of the first free extent that holds `size` slots, or None."""
         check_int(size, "size")
         return next((start for start, length in self._free if length >= size), None)
 
     def allocate(self, size: int) -> int:
-        """Reserve `size` contiguous slots at the first free run long enough; return its start."""
+        """Reserve `size` contiguous slots at the first free extent long enough; return its start."""
         start = self.find(size)
         if start is None:
-            raise RuntimeError(f"no free run of {size} slots: {self.num_free_blocks} of {self.num_slots} slots are "
-                               f"free, the longest run holds {self.largest_free_extent()}")
+            raise RuntimeError(f"no free extent of {size} slots: {self.num_free_blocks} of {self.num_slots} slots are "
+                               f"free, the longest extent holds {self.largest_free_extent()}")
         index = next(i for i, (s, _) in enumerate(self._free) if s == start)
         length = self._free[index][1]
         if length == size:
@@ -104,25 +104,25 @@ class FirstFitSlab:
         return start
 
     def write(self, start: int, num_slots: int) -> None:
-        """Record that `num_slots` more slots of the run at `start` now hold a token's K/V."""
+        """Record that `num_slots` more slots of the extent at `start` now hold a token's K/V."""
         if start not in self._held:
-            raise ValueError(f"start must be the start of a held run {sorted(self._held)}, got {start!r}")
+            raise ValueError(f"start must be the start of a held extent {sorted(self._held)}, got {start!r}")
         if self._written[start] + num_slots > self._held[start]:
-            raise ValueError(f"the run at {start} holds {self._held[start]} slots; {self._written[start]} are "
+            raise ValueError(f"the extent at {start} holds {self._held[start]} slots; {self._written[start]} are "
                              f"written, {num_slots} more do not fit")
         self._written[start] += num_slots
         self._filled += num_slots
 
     def free(self, start: int) -> None:
-        """Give back the run that starts at `start`, merging it with free neighbours."""
+        """Give back the extent that starts at `start`, merging it with free neighbours."""
         if isinstance(start, bool) or not isinstance(start, int) or start not in self._held:
-            raise ValueError(f"start must be the start of a held run {sorted(self._held)}, got {start!r}")
+            raise ValueError(f"start must be the start of a held extent {sorted(self._held)}, got {start!r}")
         size = self._held.pop(start)
         self._filled -= self._written.pop(start)
         index = bisect.bisect_left(self._free, (start, 0))
-        if index < len(self._free) and self._free[index][0] == start + size:    # merge with the run after
+        if index < len(self._free) and self._free[index][0] == start + size:    # merge with the extent after
             size += self._free.pop(index)[1]
-        if index > 0 and sum(self._free[index - 1]) == start:                  # merge with the run before
+        if index > 0 and sum(self._free[index - 1]) == start:                  # merge with the extent before
             start, size = self._free[index - 1][0], self._free[index - 1][1] + size
             index -= 1
             del self._free[index]
@@ -130,7 +130,7 @@ class FirstFitSlab:
 
 
 class Reservation:
-    """One sequence's contiguous run of `size` slots in a `FirstFitSlab`, taken at its first `append`.
+    """One sequence's extent of `size` consecutive slots in a `FirstFitSlab`, taken at its first `append`.
 
     The table interface of `decodelab.kv.blocks.BlockTable`, with one-slot blocks: `block_ids` lists the slots the
     sequence has written, so `decodelab.runner.model.PagedLlama` reads them like any block table.
@@ -159,20 +159,20 @@ class Reservation:
         return 0 if self.start is None else self.size
 
     def match_prefix(self, pool: FirstFitSlab, token_ids: Sequence[int]) -> int:
-        """A contiguous run shares nothing: no prefix is ever reused."""
+        """An extent shares nothing: no prefix is ever reused."""
         if self.start is not None:
             raise ValueError("match_prefix must be called on a table that holds no slots")
         return 0
 
     def can_append(self, pool: FirstFitSlab, num_new_tokens: int) -> bool:
-        """Whether `append` of that many tokens would succeed: the run exists (or a free run of `size` does)
+        """Whether `append` of that many tokens would succeed: the extent exists (or a free extent of `size` does)
         and has room."""
         if self.num_tokens + num_new_tokens > self.size:
             return False
         return self.start is not None or pool.find(self.size) is not None
 
     def append(self, pool: FirstFitSlab, token_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
-        """Reserve the run on the first call; give `token_ids` the next slots. Returns (slots, copies = [])."""
+        """Reserve the extent on the first call; give `token_ids` the next slots. Returns (slots, copies = [])."""
         if self.num_tokens + len(token_ids) > self.size:
             raise RuntimeError(f"the reservation holds {self.size} slots; {self.num_tokens} are written, "
                                f"{len(token_ids)} more do not fit")
@@ -184,10 +184,10 @@ class Reservation:
         return slots, []
 
     def fork(self, pool: FirstFitSlab) -> Reservation:
-        raise ValueError("a contiguous reservation cannot share its prompt with a sibling; use the paged layout for n > 1")
+        raise ValueError("a slab reservation cannot share its prompt with a sibling; use the paged layout for n > 1")
 
     def release(self, pool: FirstFitSlab) -> None:
-        """Free the whole run (admission reserved it, finishing or preemption gives it back)."""
+        """Free the whole extent (admission reserved it, finishing or preemption gives it back)."""
         if self.start is not None:
             pool.free(self.start)
         self.start = None

@@ -28,7 +28,7 @@ from transformers import LlamaForCausalLM
 
 from decodelab.measure.exposure import continue_texts, expert_probs, judge, token_ids
 from decodelab.toy.documents import DocumentLanguage
-from decodelab.models.train import ASSETS, PRESETS, TrainParams, evaluate, start_run
+from decodelab.models.train import ASSETS, PRESETS, TrainParams, evaluate, start_training
 
 BASE = "tiny-zh-doc-small"
 REFRESH = 25            # steps between two draws of rollouts
@@ -88,8 +88,8 @@ def train_recipe(name: str, recipe: str, params: TrainParams, out: Path) -> dict
         raise ValueError(f"recipe must be 'soft' or 'dagger', got {recipe!r}")
     if params.corpus != "documents":
         raise ValueError(f"the expert labels documents; params.corpus must be 'documents', got {params.corpus!r}")
-    run = start_run(params)
-    model, tokenizer, lang = run.model, run.tokenizer, run.lang
+    training = start_training(params)
+    model, tokenizer, lang = training.model, training.tokenizer, training.lang
     start, rollout_seconds, pool = time.time(), 0.0, []
     own_rows = params.batch_size // 2 if recipe == "dagger" else 0
     model.train()
@@ -103,13 +103,13 @@ def train_recipe(name: str, recipe: str, params: TrainParams, out: Path) -> dict
         texts = lang.sample(params.batch_size - own, seed=params.seed * 1_000_000 + step)
         texts += [pool.pop() for _ in range(own)]
         loss = soft_loss(model, soft_batch(tokenizer, lang, texts))
-        run.update(loss)
+        training.update(loss)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     seconds = time.time() - start
     model.eval()
     metrics = evaluate(model, tokenizer, params)
-    run.save(out, model_card(name, recipe, params, run.num_parameters, seconds, rollout_seconds, metrics))
+    training.save(out, model_card(name, recipe, params, training.num_parameters, seconds, rollout_seconds, metrics))
     return metrics
 
 

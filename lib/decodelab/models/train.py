@@ -36,7 +36,7 @@ EVAL_PROMPTS = {"sentences": ("小明", "今天，", "因为", "床前", "祝"),
 
 @dataclass(frozen=True)
 class TrainParams:
-    """Hyper-parameters of one training run; `corpus` is "sentences" (ToyLanguage) or "documents"."""
+    """Hyper-parameters of one training; `corpus` is "sentences" (ToyLanguage) or "documents"."""
 
     steps: int = 2000
     seed: int = 0
@@ -61,7 +61,7 @@ PRESETS: dict[str, TrainParams] = {
 
 
 def language(params: TrainParams) -> ToyLanguage | DocumentLanguage:
-    """The true language a run samples its corpus from."""
+    """The true language a training samples its corpus from."""
     if params.corpus not in ("sentences", "documents"):
         raise ValueError(f"corpus must be 'sentences' or 'documents', got {params.corpus!r}")
     return ToyLanguage() if params.corpus == "sentences" else DocumentLanguage()
@@ -202,8 +202,9 @@ def length_buckets(lang: ToyLanguage | DocumentLanguage, params: TrainParams, st
 
 
 @dataclass
-class Run:
-    """One training run's pieces, made the same way for every recipe (`train` here, `decodelab.measure.dagger`)."""
+class TrainingState:
+    """What one training holds: language, tokenizer, model, optimiser and schedule, made the same way for every
+    recipe (`train` here, `decodelab.measure.dagger`)."""
 
     lang: ToyLanguage | DocumentLanguage
     tokenizer: PreTrainedTokenizerBase
@@ -231,7 +232,7 @@ class Run:
         (out / "README.md").write_text(card, encoding="utf-8")
 
 
-def start_run(params: TrainParams) -> Run:
+def start_training(params: TrainParams) -> TrainingState:
     """Seed, then the language, tokenizer, a fresh model, AdamW and the warm-up + cosine schedule of `params`."""
     if params.steps < 1:
         raise ValueError(f"steps must be >= 1, got {params.steps}")
@@ -243,28 +244,28 @@ def start_run(params: TrainParams) -> Run:
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.01, betas=(0.9, 0.98))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / params.warmup) * (
         0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / params.steps)))))
-    return Run(lang, tokenizer, model, optimizer, schedule)
+    return TrainingState(lang, tokenizer, model, optimizer, schedule)
 
 
 def train(name: str, params: TrainParams, out: Path) -> dict:
     """Train, evaluate and save the model `name` to `out`; returns the metrics."""
-    run = start_run(params)
+    training = start_training(params)
     start = time.time()
-    run.model.train()
+    training.model.train()
     bar = tqdm(range(params.steps), desc=f"train {name}", mininterval=5)
     batches: list[list[str]] = []
     for step in bar:
         if not batches:
-            batches = length_buckets(run.lang, params, step)
-        ids, labels = encode_batch(run.tokenizer, batches.pop())
-        loss = run.model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
-        run.update(loss)
+            batches = length_buckets(training.lang, params, step)
+        ids, labels = encode_batch(training.tokenizer, batches.pop())
+        loss = training.model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
+        training.update(loss)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     seconds = time.time() - start
-    run.model.eval()
-    metrics = evaluate(run.model, run.tokenizer, params)
-    run.save(out, model_card(name, params, run.num_parameters, seconds, metrics))
+    training.model.eval()
+    metrics = evaluate(training.model, training.tokenizer, params)
+    training.save(out, model_card(name, params, training.num_parameters, seconds, metrics))
     return metrics
 
 

@@ -1,7 +1,7 @@
 """Paged attention: write K/V into pool slots, then attend by gathering each sequence's blocks.
 
 The torch reference below is what chapter 7 reads: gather the blocks a sequence's block table names into one
-contiguous [keys, kv_heads, head_dim] run, then do ordinary causal scaled dot-product attention with
+contiguous [keys, kv_heads, head_dim] tensor, then do ordinary causal scaled dot-product attention with
 grouped-query heads. It runs on CPU and CUDA.
 
 Taught in: chapters/07-paged-attention.ipynb
@@ -40,7 +40,7 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
                     scale: float | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
     """Causal grouped-query attention of padded queries over K/V reached through block tables.
 
-    query:           [B, Q, heads, head_dim]  (Q = longest query run in the batch; shorter runs are padded)
+    query:           [B, Q, heads, head_dim]  (Q = longest query in the batch; shorter ones are padded)
     key/value_cache: [num_blocks, block_size, kv_heads, head_dim]
     block_tables:    [B, max_blocks] long, padded with any valid block id
     context_lens:    [B] long, keys each sequence has written (its past plus this step's tokens)

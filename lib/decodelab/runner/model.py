@@ -35,18 +35,18 @@ class StepBatch:
     last_index: torch.Tensor       # [B] long, flat index of each sequence's last token (its logits are sampled)
 
     @staticmethod
-    def build(runs: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
+    def build(sequences: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
               device: torch.device | str = "cpu") -> StepBatch:
-        """runs: one (new_token_ids, start_position, slots_of_new_tokens, block_ids) per sequence."""
-        if not runs:
-            raise ValueError("runs must name at least one sequence, got an empty list")
-        num_queries = max(len(tokens) for tokens, *_ in runs)
-        max_blocks = max(len(blocks) for *_, blocks in runs)
+        """sequences: one (new_token_ids, start_position, slots_of_new_tokens, block_ids) per sequence."""
+        if not sequences:
+            raise ValueError("sequences must name at least one, got an empty list")
+        num_queries = max(len(tokens) for tokens, *_ in sequences)
+        max_blocks = max(len(blocks) for *_, blocks in sequences)
         input_ids, positions, slots, last = [], [], [], []
         query_index, query_valid, query_positions, tables, context_lens = [], [], [], [], []
-        for tokens, start, token_slots, blocks in runs:
+        for tokens, start, token_slots, blocks in sequences:
             if not tokens or len(token_slots) != len(tokens):
-                raise ValueError(f"each run needs >= 1 token and one slot per token, got {len(tokens)} tokens "
+                raise ValueError(f"each sequence needs >= 1 token and one slot per token, got {len(tokens)} tokens "
                                  f"and {len(token_slots)} slots")
             first = len(input_ids)
             pad = num_queries - len(tokens)
@@ -163,24 +163,25 @@ class PagedLlama:
                            dtype=self.dtype, device=self.device)
 
     @torch.inference_mode()
-    def run(self, plan, kv_cache: torch.Tensor, drafts: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    def execute(self, plan, kv_cache: torch.Tensor, drafts: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
         """One engine step's model work for a `decodelab.engine.scheduler.Schedule`: the plan's copy-on-write block copies,
-        then one forward over its runs. Returns float32 logits `[len(plan.runs), V]`, one row per run.
+        then one forward over its scheduled sequences. Returns float32 logits `[len(plan.scheduled), V]`, one row per
+        sequence.
 
-        With `drafts` (a speculative decode step: one list per run, at most its `num_lookahead` tokens), each run
-        feeds its token and then its drafts, into the draft slots its table holds, and the logits of every fed token
-        come back, run after run: `[sum(1 + len(d) for d in drafts), V]`."""
+        With `drafts` (a speculative decode step: one list per scheduled sequence, at most its `num_lookahead`
+        tokens), each one feeds its token and then its drafts, into the draft slots its table holds, and the logits of every fed token
+        come back, sequence after sequence: `[sum(1 + len(d) for d in drafts), V]`."""
         for src, dst in plan.copies:
             kv_cache[:, :, dst] = kv_cache[:, :, src]
         if drafts is None:
-            runs = [(run.token_ids, run.start, run.slots, run.seq.table.block_ids) for run in plan.runs]
-            return self.forward(StepBatch.build(runs, self.device), kv_cache)
-        runs = []
-        for run, extra in zip(plan.runs, drafts, strict=True):
-            first = run.start + len(run.token_ids)            # position of the first draft
-            slots = run.slots + [run.seq.table.slot(first + i) for i in range(len(extra))]
-            runs.append((run.token_ids + list(extra), run.start, slots, run.seq.table.block_ids))
-        return self.forward(StepBatch.build(runs, self.device), kv_cache, all_logits=True)
+            sequences = [(sched.token_ids, sched.start, sched.slots, sched.seq.table.block_ids) for sched in plan.scheduled]
+            return self.forward(StepBatch.build(sequences, self.device), kv_cache)
+        sequences = []
+        for sched, extra in zip(plan.scheduled, drafts, strict=True):
+            first = sched.start + len(sched.token_ids)            # position of the first draft
+            slots = sched.slots + [sched.seq.table.slot(first + i) for i in range(len(extra))]
+            sequences.append((sched.token_ids + list(extra), sched.start, slots, sched.seq.table.block_ids))
+        return self.forward(StepBatch.build(sequences, self.device), kv_cache, all_logits=True)
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False) -> torch.Tensor:

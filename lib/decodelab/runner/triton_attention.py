@@ -1,7 +1,7 @@
 """Paged decode attention as a Triton kernel: read K/V straight from the pool's blocks, no gather.
 
 The torch reference (`decodelab.runner.attention.paged_attention`) first copies every block a sequence's table names into
-one contiguous run, then attends. This kernel reads each block where it sits, as vLLM's PagedAttention kernels do, and
+one contiguous tensor, then attends. This kernel reads each block where it sits, as vLLM's PagedAttention kernels do, and
 folds it into a running softmax (the online softmax of FlashAttention and FlashDecoding), so nothing but the output is
 written back. One program serves one sequence and one K/V head: it loads each block of keys and values once and uses
 it for all the query heads that share that K/V head (grouped-query attention), walking the block table from start to

@@ -109,17 +109,17 @@ def _step_events(output) -> list[str]:
     copy-on-write."""
     plan, tables = output.plan, output.block_tables
     events = [f"块不够：序列 {seq_id} 被抢占（preemption），它的块全部释放，稍后重算" for seq_id in output.preempted]
-    prefills = {run.seq.seq_id: run for run in plan.runs} if plan.kind == "prefill" else {}
+    prefills = {sched.seq.seq_id: sched for sched in plan.scheduled} if plan.kind == "prefill" else {}
     forks = {child.seq_id: child for child in plan.forks}
     copies = {dst: src for src, dst in plan.copies}
-    first_sample = {run.seq.request_id: run.seq.seq_id for run in plan.runs if run.seq.sample_index == 0}
+    first_sample = {sched.seq.request_id: sched.seq.seq_id for sched in plan.scheduled if sched.seq.sample_index == 0}
     for seq_id in sorted(tables):                        # the sequences still running after the step
         blocks = tables[seq_id]
         if seq_id in prefills:
-            run = prefills[seq_id]
-            again = "（抢占后重算）" if run.start + len(run.token_ids) > run.seq.num_prompt_tokens else ""
-            cached = f"，前 {run.num_cached} 个来自 prefix cache，不再重算" if run.num_cached else ""
-            events.append(f"prefill 序列 {seq_id}（请求 {run.seq.request_id}）{again}：{run.start + len(run.token_ids)} "
+            sched = prefills[seq_id]
+            again = "（抢占后重算）" if sched.start + len(sched.token_ids) > sched.seq.num_prompt_tokens else ""
+            cached = f"，前 {sched.num_cached} 个来自 prefix cache，不再重算" if sched.num_cached else ""
+            events.append(f"prefill 序列 {seq_id}（请求 {sched.seq.request_id}）{again}：{sched.start + len(sched.token_ids)} "
                           f"个 token 的 K/V 写进块 {blocks}{cached}")
         elif seq_id in forks:
             child = forks[seq_id]

@@ -1,4 +1,4 @@
-"""Paged against contiguous reservation under one KV memory cap: admitted concurrency, throughput, and where the
+"""Paged against slab reservation (one extent of consecutive slots per request) under one KV memory cap: admitted concurrency, throughput, and where the
 memory goes (the PagedAttention paper's Figure 2 split), measured on the same engine, scheduler and model.
 
 Workload: 64 requests on the shipped tiny-zh-doc (context 512). Each prompt is the first k characters of a document
@@ -7,10 +7,10 @@ clients pick limits), samples at temperature 1 with its own seed and stops at EO
 their limit. Memory cap: 128 blocks x 16 slots = 2,048 token slots of K/V for every layout:
 
   - paged (block 16): blocks on demand, preemption by recompute when they run out (vLLM's policy);
-  - contiguous, prompt + max_tokens: one run reserved at admission, first fit in a slab of 2,048 slots;
-  - contiguous, max_model_len: one run of 512 slots per request.
+  - slab, prompt + max_tokens: one extent reserved at admission, first fit in a slab of 2,048 slots;
+  - slab, max_model_len: one extent of 512 slots per request.
 
-Every step records, as shares of the 2,048 slots: slots holding a token's K/V; for contiguous runs, reserved slots
+Every step records, as shares of the 2,048 slots: slots holding a token's K/V; for slab extents, reserved slots
 that the request will still write (reserved for later) and those it never writes (over-reserved, known once it
 ends); for paged blocks, the unwritten tail of each sequence's last block (internal fragmentation); free slots in
 gaps too short for the request waiting at the head of the queue (external fragmentation); other free slots.
@@ -18,7 +18,7 @@ gaps too short for the request waiting at the head of the queue (external fragme
 Each layout runs `--repeats` times (the fastest run's time is kept; the tokens must be equal every time); the time
 spent inside the model's forward is measured too, so the engine's own overhead (scheduler, sampler) shows.
 
-    .venv/bin/python scripts/ch07_contiguous.py          # writes chapters/data/07-contiguous.json (about 1 min)
+    .venv/bin/python scripts/ch07_slab.py                # writes chapters/data/07-slab.json (about 1 min)
 
 Taught in: chapters/07-paged-attention.ipynb
 """
@@ -39,9 +39,9 @@ from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.toy import DocumentLanguage
 
-OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-contiguous.json"
-LAYOUTS = {"paged": ("paged", "max_tokens"), "contiguous, prompt + max_tokens": ("contiguous", "max_tokens"),
-           "contiguous, max_model_len": ("contiguous", "max_model_len")}
+OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-slab.json"
+LAYOUTS = {"paged": ("paged", "max_tokens"), "slab, prompt + max_tokens": ("slab", "max_tokens"),
+           "slab, max_model_len": ("slab", "max_model_len")}
 PARTS = ("live", "reserved_later", "over_reserved", "internal", "external", "free")
 
 
@@ -56,7 +56,7 @@ def workload(tokenizer, num_requests: int, seed: int, max_len: int) -> tuple[lis
     return prompts, params
 
 
-def run(model, prompts, params, kv_layout: str, reserve: str, num_blocks: int, block_size: int) -> dict:
+def measure(model, prompts, params, kv_layout: str, reserve: str, num_blocks: int, block_size: int) -> dict:
     engine = Engine(model, block_size=block_size, num_blocks=num_blocks, max_num_seqs=64,
                     enable_prefix_caching=False, kv_layout=kv_layout, reserve=reserve)
     cap = num_blocks * block_size
@@ -79,7 +79,7 @@ def run(model, prompts, params, kv_layout: str, reserve: str, num_blocks: int, b
         done |= {c.request_id: c for c in out.finished}
         running = engine.scheduler.running
         waiting = engine.scheduler.waiting
-        if kv_layout == "contiguous":
+        if kv_layout == "slab":
             head = waiting[0].table.size if waiting else None
             external = engine.pool.external_fragmentation(head) if head else 0
             holdings.append([(s.seq_id, s.table.size, s.table.num_tokens) for s in running])
@@ -97,7 +97,7 @@ def run(model, prompts, params, kv_layout: str, reserve: str, num_blocks: int, b
             final[seq_id] = max(final.get(seq_id, 0), written)
     for step, held in zip(steps, holdings):
         later = sum(final[s] - written for s, _, written in held)
-        if kv_layout == "contiguous":
+        if kv_layout == "slab":
             step["reserved_later"], step["internal"] = later, 0
             step["over_reserved"] = step["held"] - step["live"] - later
         else:
@@ -136,7 +136,7 @@ def main() -> None:
     Engine(model, max_num_seqs=4).generate(prompts[:4], [SamplingParams(max_tokens=4)] * 4)   # warm-up
     results = {}
     for name, (layout, reserve) in LAYOUTS.items():
-        runs = [run(model, prompts, params, layout, reserve, args.num_blocks, args.block_size)
+        runs = [measure(model, prompts, params, layout, reserve, args.num_blocks, args.block_size)
                 for _ in range(args.repeats)]
         assert all(r["tokens"] == runs[0]["tokens"] for r in runs), "seeded runs must repeat exactly"
         results[name] = r = min(runs, key=lambda r: r["seconds"])
@@ -144,7 +144,7 @@ def main() -> None:
               f"max {r['max_running']:3d}  forward {r['forward_seconds'] / r['seconds']:.0%}  preemptions {r['preemptions']:3d}  " +
               "  ".join(f"{p} {v:.1%}" for p, v in r["share_of_cap"].items()), flush=True)
     tokens = [r.pop("tokens") for r in results.values()]
-    result = {"command": "python scripts/ch07_contiguous.py", "model": args.model, "device": "cpu", "threads": 1,
+    result = {"command": "python scripts/ch07_slab.py", "model": args.model, "device": "cpu", "threads": 1,
               "torch": torch.__version__, "machine": platform.machine(), "requests": args.requests,
               "seed": args.seed, "repeats": args.repeats, "num_blocks": args.num_blocks, "block_size": args.block_size,
               "cap_slots": args.num_blocks * args.block_size, "max_model_len": model.config.max_position_embeddings,
