@@ -18,8 +18,8 @@ help:
 	@echo "make book     build the HTML book into _build/html"
 	@echo "make check    the fast loop: library unit tests and docstring examples (no nbval, book or browser)"
 	@echo "make test     run the whole suite (library, notebooks via nbval, book build, browser)"
-	@echo "make lab      JupyterLab on exercises/ with the course's environment"
-	@echo "make lecture  JupyterLab on chapters/, to present a chapter with live widgets"
+	@echo "make lab      JupyterLab on the repository, opened on exercises/, with the course's environment"
+	@echo "make lecture  JupyterLab on the repository, opened on chapters/, to present a chapter with live widgets"
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make execute  re-execute the notebooks whose notebook or library changed"
 	@echo "make model    retrain the shipped models (tiny-zh, tiny-zh-doc)"
@@ -66,11 +66,16 @@ check: venv
 api: venv
 	$(BIN)/python -m decodelab.serve --model tiny-zh
 
+# Both serve the repository root, so the links between exercises and chapters (../chapters/X.ipynb) open; `lab` opens
+# on exercises/, `lecture` on chapters/ (tests/site/test_lab_root_browser.py reads these flags).
+LAB_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/exercises
+LECTURE_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/chapters
+
 lab: venv
-	$(BIN)/jupyter lab $(ROOT_FLAG) --notebook-dir=exercises
+	$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_FLAGS)
 
 lecture: venv
-	$(BIN)/jupyter lab $(ROOT_FLAG) --notebook-dir=chapters
+	$(BIN)/jupyter lab $(ROOT_FLAG) $(LECTURE_FLAGS)
 
 serve: book
 	@echo "Serving the book on http://127.0.0.1:8000 (Ctrl-C to stop)"

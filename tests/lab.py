@@ -120,8 +120,9 @@ def _stop(lab: Lab, process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def running_lab(root: Path) -> Iterator[Lab]:
-    """Run JupyterLab on `root` (an existing folder) until the block ends; yields a `Lab`."""
+def running_lab(root: Path, extra_args: tuple[str, ...] = ()) -> Iterator[Lab]:
+    """Run JupyterLab on `root` (an existing folder) until the block ends; yields a `Lab`. `extra_args` are added to
+    the command line (e.g. the Makefile's `--LabApp.default_url=...`)."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root must be an existing directory, got {root!s}")
@@ -148,6 +149,7 @@ def running_lab(root: Path) -> Iterator[Lab]:
         ]
         if os.geteuid() == 0:
             command.append("--allow-root")
+        command.extend(extra_args)
         log = home / "lab.log"
         with open(log, "w", encoding="utf-8") as log_file:
             process = subprocess.Popen(command, cwd=root, env=_isolated_env(home), stdout=log_file,
