@@ -162,3 +162,20 @@ def test_load_benchmark_refuses_bad_arguments(args, message):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "load.py"), *args], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0 and message in done.stderr
+
+
+def test_bookkeeping_benchmark_smoke(tmp_path):
+    out = tmp_path / "bookkeeping.json"
+    table = run_benchmark("bookkeeping.py", out)
+    result = json.loads(out.read_text())
+    assert result["quick"] and result["block_size"] == 16 and result["prompt_tokens"] == 64
+    assert [row["sequences"] for row in result["rows"]] == [8, 32]
+    assert all(row["decodelab_us"] > 0 and "ratio" not in row for row in result["rows"]), "no nano-vllm given"
+    assert "schedule() + update_from_output() per decode step" in table
+
+
+def test_bookkeeping_benchmark_refuses_a_folder_that_is_not_nano_vllm(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bookkeeping.py"), "--quick", "--nano-vllm", str(tmp_path),
+                           "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert "--nano-vllm must point at a nano-vllm checkout (with nanovllm/engine/scheduler.py)" in done.stderr

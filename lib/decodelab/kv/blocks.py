@@ -27,6 +27,8 @@ from decodelab.validation import as_int_list, as_scalar, check_int
 
 def _token_ids(token_ids) -> list[int]:
     """`token_ids` as a list of ints >= 0 (numpy and torch integers too); anything else is a ValueError."""
+    if type(token_ids) is list and all(type(t) is int and t >= 0 for t in token_ids):
+        return token_ids                       # the engine's own lists: nothing to convert
     ids = as_int_list(token_ids)
     if ids is None or any(t < 0 for t in ids):
         raise ValueError(f"token_ids must be a list of token ids (ints >= 0), got {token_ids!r:.100}")
@@ -146,6 +148,12 @@ class BlockPool:
         tokens.append(int(token_id))
         self._filled += 1
 
+    def _write_checked_by_table(self, block_id: int, token_id: int) -> None:
+        """`write` for `BlockTable.append` in this module, which has already made sure the block is held by it
+        alone, not full, and the id an int: the per-token fast path of every decode step."""
+        self.block_tokens[block_id].append(token_id)
+        self._filled += 1
+
     def copy_on_write(self, block_id: int) -> int:
         """A fresh block with `block_id`'s tokens for one of its holders, who lets go of the shared one."""
         block_id = self._check_id(block_id)
@@ -193,14 +201,19 @@ class BlockTable:
         self.block_ids: list[int] = []
         self.num_tokens = 0                 # tokens whose K/V slots are written
         self._hashes: list[int] = []        # chained hash of each full block
+        self._checked_pool: BlockPool | None = None   # the last pool `_check_pool` accepted (checked once)
 
     def _check_pool(self, pool: BlockPool) -> None:
-        """A table and its pool must agree on the block size: a slot is block_id × block_size + offset in both."""
+        """A table and its pool must agree on the block size: a slot is block_id × block_size + offset in both.
+        The pool that passed is remembered, so a decode step's calls cost one identity test."""
+        if pool is self._checked_pool:
+            return
         if not isinstance(pool, BlockPool):
             raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
         if pool.block_size != self.block_size:
             raise ValueError(f"the table's block_size ({self.block_size}) must equal the pool's "
                              f"({pool.block_size}): a slot is block_id × block_size + offset in both")
+        self._checked_pool = pool
 
     @property
     def num_slots(self) -> int:
@@ -217,16 +230,25 @@ class BlockTable:
     def blocks_needed(self, pool: BlockPool, num_new_tokens: int) -> int:
         """Fresh blocks `append` of `num_new_tokens` tokens would take (new blocks plus a copy-on-write)."""
         self._check_pool(pool)
-        num_new_tokens = check_int(num_new_tokens, "num_new_tokens", low=0)
+        if type(num_new_tokens) is not int or num_new_tokens < 0:
+            num_new_tokens = check_int(num_new_tokens, "num_new_tokens", low=0)
+        return self._blocks_needed(pool, num_new_tokens)
+
+    def _blocks_needed(self, pool: BlockPool, num_new_tokens: int) -> int:
         free_slots = len(self.block_ids) * self.block_size - self.num_tokens   # in the last block and reserved ones
         new_blocks = -(-max(0, num_new_tokens - free_slots) // self.block_size)
         copy = (free_slots > 0 and num_new_tokens > 0
-                and pool.ref_count(self.block_ids[self.num_tokens // self.block_size]) > 1)
+                and pool._ref_counts[self.block_ids[self.num_tokens // self.block_size]] > 1)
         return new_blocks + int(copy)
 
     def can_append(self, pool: BlockPool, num_new_tokens: int) -> bool:
         """Whether `append` of that many tokens would find enough free blocks (the scheduler's admission test)."""
-        return self.blocks_needed(pool, num_new_tokens) <= pool.num_free_blocks
+        if num_new_tokens == 1 and pool is self._checked_pool and type(num_new_tokens) is int:   # a decode step
+            index = self.num_tokens // self.block_size
+            if index == len(self.block_ids) or pool._ref_counts[self.block_ids[index]] > 1:
+                return len(pool._free) > 0                  # a fresh block, or a copy of a shared one
+            return True
+        return self.blocks_needed(pool, num_new_tokens) <= len(pool._free)
 
     def match_prefix(self, pool: BlockPool, token_ids: Sequence[int]) -> int:
         """Share the cached blocks that hold a prefix of `token_ids`; return how many tokens they cover.
@@ -257,29 +279,57 @@ class BlockTable:
         `copies` lists (src, dst) block pairs whose K/V the caller must copy before writing: the last block was
         shared with a forked sibling, so this sequence writes into its own copy (copy-on-write).
         """
+        self._check_pool(pool)
+        if type(token_ids) is list and len(token_ids) == 1 and type(token_ids[0]) is int and token_ids[0] >= 0:
+            return self._append_one(pool, token_ids[0])    # a decode step's token: the per-step fast path
         token_ids = _token_ids(token_ids)  # every id checked before a block is taken
-        if self.blocks_needed(pool, len(token_ids)) > pool.num_free_blocks:
-            raise RuntimeError(f"need {self.blocks_needed(pool, len(token_ids))} blocks, "
-                               f"{pool.num_free_blocks} free")
+        needed = self._blocks_needed(pool, len(token_ids))
+        if needed > len(pool._free):
+            raise RuntimeError(f"need {needed} blocks, {pool.num_free_blocks} free")
         slots: list[int] = []
         copies: list[tuple[int, int]] = []
+        size, block_ids, ref_counts = self.block_size, self.block_ids, pool._ref_counts
         for token in token_ids:
-            index, offset = divmod(self.num_tokens, self.block_size)
-            if index == len(self.block_ids):
-                self.block_ids.append(pool.allocate())
-            elif pool.ref_count(self.block_ids[index]) > 1:
-                shared = self.block_ids[index]
-                self.block_ids[index] = pool.copy_on_write(shared)
-                copies.append((shared, self.block_ids[index]))
-            block_id = self.block_ids[index]
-            pool.write(block_id, token)
-            slots.append(block_id * self.block_size + offset)
+            index, offset = divmod(self.num_tokens, size)
+            if index == len(block_ids):
+                block_ids.append(pool.allocate())
+            elif ref_counts[block_ids[index]] > 1:
+                shared = block_ids[index]
+                block_ids[index] = pool.copy_on_write(shared)
+                copies.append((shared, block_ids[index]))
+            block_id = block_ids[index]
+            pool._write_checked_by_table(block_id, token)   # held by this table alone, with a free slot
+            slots.append(block_id * size + offset)
             self.num_tokens += 1
-            if offset == self.block_size - 1:
+            if offset == size - 1:                           # the block just filled: hash it once, now
                 hash_value = block_hash(self._hashes[-1] if self._hashes else None, pool.block_tokens[block_id])
                 self._hashes.append(hash_value)
                 pool.register(block_id, hash_value)
         return slots, copies
+
+    def _append_one(self, pool: BlockPool, token: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """`append` of one checked token id, as a decode step does: the same steps without the loop, each taking a
+        block only once it knows one is free, so a failure leaves the table as it was."""
+        size, block_ids = self.block_size, self.block_ids
+        index, offset = divmod(self.num_tokens, size)
+        copies: list[tuple[int, int]] = []
+        if index == len(block_ids) or pool._ref_counts[block_ids[index]] > 1:
+            if not pool._free:
+                raise RuntimeError(f"need 1 blocks, {pool.num_free_blocks} free")
+            if index == len(block_ids):
+                block_ids.append(pool.allocate())
+            else:                                            # shared with a forked sibling: copy on write
+                shared = block_ids[index]
+                block_ids[index] = pool.copy_on_write(shared)
+                copies.append((shared, block_ids[index]))
+        block_id = block_ids[index]
+        pool._write_checked_by_table(block_id, token)
+        self.num_tokens += 1
+        if offset == size - 1:                               # the block just filled: hash it once, now
+            hash_value = block_hash(self._hashes[-1] if self._hashes else None, pool.block_tokens[block_id])
+            self._hashes.append(hash_value)
+            pool.register(block_id, hash_value)
+        return [block_id * size + offset], copies
 
     def reserve(self, pool: BlockPool, num_slots: int) -> None:
         """Hold blocks for `num_slots` more slots past the written tokens, without writing any: a speculative step's
