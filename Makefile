@@ -12,10 +12,11 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help venv assets book check test lab lecture serve api execute model bench clean
+.PHONY: help venv assets book archive check test lab lecture serve api execute model bench clean
 
 help:
-	@echo "make book     build the HTML book into _build/html"
+	@echo "make book     build the HTML book into _build/html (and the course archive decodelab-course.zip)"
+	@echo "make archive  only the course archive, _build/html/decodelab-course.zip"
 	@echo "make check    the fast loop: library unit tests and docstring examples (no nbval, book or browser)"
 	@echo "make test     run the whole suite (library, notebooks via nbval, book build, browser)"
 	@echo "make lab      JupyterLab on the repository, opened on exercises/, with the course's environment"
@@ -42,9 +43,16 @@ $(ASSETS_STAMP): scripts/fetch_offline_assets.sh | $(STAMP)
 
 assets: $(ASSETS_STAMP)
 
+# The build also writes the course archive, _build/html/decodelab-course.zip (book/course_archive.py, after the HTML);
+# `make archive` rewrites only the archive.
 book: venv assets
 	$(BIN)/jupyter-book build . -W -n --keep-going --all
 	@echo "Book built: open file://$(CURDIR)/_build/html/index.html (or run: make serve)"
+	@echo "Course archive: $(CURDIR)/_build/html/decodelab-course.zip (linked from every page's download menu)"
+
+archive: venv
+	@mkdir -p _build/html
+	$(BIN)/python book/course_archive.py _build/html/decodelab-course.zip
 
 NBVAL := $(BIN)/pytest --nbval --nbval-sanitize-with tests/sanitize.cfg
 

@@ -92,3 +92,63 @@
   // searchtools.js loads after this script and starts the search on DOMContentLoaded; this listener runs first.
   document.addEventListener("DOMContentLoaded", plainSnippets);
 })();
+
+// 3. Ranking and snippets for glossary names (book/zh_search.py writes window.DL_SEARCH_RANK into zh-search-rank.js).
+//    Each query word that is a glossary name adds the name's bonus for the page to Sphinx's score: the glossary
+//    first, then the page that teaches the term, then the others by how often they use it; equal scores fall back to
+//    reading order, not to the titles as text ("1.", "12.", "2."). A snippet starts at the first place where any name
+//    of the entry matched (the page may say "exposure bias" where the reader searched 曝光偏差) and marks every name.
+(() => {
+  const rank = () => window.DL_SEARCH_RANK || {};
+  const queryWords = () => {
+    const query = new URLSearchParams(window.location.search).get("q") || "";
+    return window.splitQuery(query.trim()).map((word) => word.toLowerCase());
+  };
+  const entriesOf = (words) => words.map((word) => rank()[word]).filter((entry) => entry);
+
+  const escapeRegExp = (text) => text.replace(/[.*+\-?^${}()|[\]\\]/g, "\\$&");
+  const namePattern = (names) => new RegExp(
+    names.slice().sort((a, b) => b.length - a.length).map((name) => {
+      const escaped = escapeRegExp(name);
+      return /\p{Script=Han}/u.test(name) ? escaped : `(?<![A-Za-z0-9_])${escaped}(?![A-Za-z0-9_])`;
+    }).join("|"), "giu");
+
+  const install = () => {
+    if (typeof Scorer === "undefined" || typeof Search === "undefined") return;
+    const docOrder = () => (Search._index ? Search._index.docnames : []);
+    Scorer.score = (result) => {
+      const [docname, , , , score] = result;
+      const entries = entriesOf(queryWords());
+      const bonus = entries.reduce((sum, entry) => sum + (entry.bonus[docname] || 0), 0);
+      const position = docOrder().indexOf(docname);
+      // a thousandth per place in reading order breaks ties without outweighing any real difference
+      return score + bonus - (position < 0 ? 0 : position / 1000);
+    };
+    const sphinxSummary = Search.makeSearchSummary;
+    Search.makeSearchSummary = (htmlText, keywords, anchor) => {
+      const names = [...new Set([...keywords, ...entriesOf(queryWords()).flatMap((entry) => entry.names)])]
+        .filter((name) => name && name.length > 0);
+      if (names.length === 0) return sphinxSummary(htmlText, keywords, anchor);
+      const text = Search.htmlToText(htmlText, anchor);
+      if (text === "") return null;
+      const pattern = namePattern(names);
+      const first = text.search(pattern);
+      const start = Math.max((first < 0 ? 0 : first) - 60, 0);
+      const shown = (start > 0 ? "..." : "") + text.substr(start, 240).trim() + (start + 240 < text.length ? "..." : "");
+      const summary = document.createElement("p");
+      summary.classList.add("context");
+      let last = 0;
+      for (const match of shown.matchAll(pattern)) {
+        summary.append(shown.slice(last, match.index));
+        const mark = document.createElement("span");
+        mark.className = "highlighted";
+        mark.textContent = match[0];
+        summary.append(mark);
+        last = match.index + match[0].length;
+      }
+      summary.append(shown.slice(last));
+      return summary;
+    };
+  };
+  document.addEventListener("DOMContentLoaded", install);
+})();
