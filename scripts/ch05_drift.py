@@ -27,6 +27,7 @@ from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.toy import ToyLanguage
 from decodelab.book.widgets.drift import inject_and_continue, position_errors, sample_with_verifier
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "05-drift.json"
 TEMPERATURES = (0.7, 1.0, 1.5, 2.0)
@@ -118,6 +119,7 @@ def main() -> None:
 
     result = {"command": "python scripts/ch05_drift.py", "samples": args.samples, "entropy_rate": lang.entropy_rate(),
               "runs": runs, "injections": injections, "verifier": verifier}
+    result = stamp(result, result["command"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(finite(result), indent=1, ensure_ascii=False, allow_nan=False) + "\n",
                         encoding="utf-8")

@@ -36,6 +36,7 @@ from decodelab.models import load_model
 from decodelab.toy import DocumentLanguage
 from decodelab.models.train import ASSETS, cross_entropy_per_char
 from decodelab.measure.dagger import first_sentence
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "05-exposure.json"
 MODELS = ("tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger", "tiny-zh-doc")
@@ -189,6 +190,7 @@ def main() -> None:
     result = {"command": "python scripts/ch05_exposure.py", "documents": args.documents, "edges": list(EDGES),
               "matched_below": MATCHED_BELOW, "max_tokens": MAX_TOKENS, "entropy_rate": lang.entropy_rate(),
               "models": [measure(name, lang, docs, heldout, args) for name in args.models]}
+    result = stamp(result, result["command"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rounded(result), indent=1, ensure_ascii=False, allow_nan=False) + "\n",
                         encoding="utf-8")

@@ -22,6 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from decodelab.decoding.generate import model_step
 from decodelab.measure.timing import synced_seconds
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 DATA = Path(__file__).resolve().parent.parent / "chapters" / "data"
 
@@ -100,6 +101,7 @@ def main() -> None:
               "torch": torch.__version__, "threads": torch.get_num_threads(), "params": params,
               "model": model.config.to_diff_dict() | {"model_type": "llama"}, "rows": rows,
               "generation": {k: [round(t, 5) for t in v] for k, v in curves.items()}}
+    result = stamp(result, result["command"])
     out = args.out or DATA / ("06-timing.json" if args.device == "cpu" else f"06-timing-{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -23,6 +23,7 @@ from decodelab.engine import Engine
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.toy import ToyLanguage
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-batching.json"
 
@@ -98,6 +99,7 @@ def main() -> None:
               "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
               "requests": args.requests, "seed": args.seed, "max_tokens": [p.max_tokens for p in params], "repeats": args.repeats, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    result = stamp(result, result["command"])
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 

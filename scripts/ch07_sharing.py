@@ -32,6 +32,7 @@ from decodelab.engine import Engine
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.toy import DocumentLanguage
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-sharing.json"
 
@@ -107,6 +108,7 @@ def main() -> None:
                 print(f"{name:16s} beams={row['num_beams']}  saving {row['saving']:.1%}  "
                       f"mean output {row['mean_output_tokens']:.1f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    result = stamp(result, result["command"])
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 

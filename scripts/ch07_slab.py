@@ -38,6 +38,7 @@ from decodelab.engine import Engine
 from decodelab.models import load_model
 from decodelab.sampling import SamplingParams
 from decodelab.toy import DocumentLanguage
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "07-slab.json"
 LAYOUTS = {"paged": ("paged", "max_tokens"), "slab, prompt + max_tokens": ("slab", "max_tokens"),
@@ -153,6 +154,7 @@ def main() -> None:
               "load_average_before": [round(x, 2) for x in load_before],
               "load_average_after": [round(x, 2) for x in os.getloadavg()], "layouts": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    result = stamp(result, result["command"])
     args.out.write_text(json.dumps(result, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"same tokens in every layout: {result['same_tokens']}; wrote {args.out}")
 

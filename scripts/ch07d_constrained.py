@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from provenance import stamp_file  # the command and library commit, added to the benchmark's JSON
+
 ROOT = Path(__file__).resolve().parents[1]
 
 if __name__ == "__main__":
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "constrained.py"), "--threads", "1",
                     "--out", str(ROOT / "chapters" / "data" / "07d-constrained.json")], check=True)
+    stamp_file(ROOT / "chapters" / "data" / "07d-constrained.json", "python scripts/ch07d_constrained.py")

@@ -41,6 +41,7 @@ from decodelab.models import load_model
 from decodelab.sampling import SamplingParams, process_logits
 from decodelab.measure.repetition import distinct_n, ending_loop, self_bleu, zipf_coefficient
 from decodelab.toy import DocumentLanguage
+from provenance import stamp  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parents[1] / "chapters" / "data" / "03-long-form.json"
 MODEL = "tiny-zh-doc"
@@ -292,6 +293,7 @@ def main() -> None:
         if result["num_prompts"] != len(prompts):
             raise SystemExit(f"{args.out} was made with {result['num_prompts']} prompts, not --prompts {len(prompts)}")
         result[args.only] = sections[args.only]()
+        result = stamp(result, f"python scripts/long_form.py --only {args.only}")
         args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.only} into {args.out} in {round(time.time() - start)} s")
         return
@@ -304,6 +306,7 @@ def main() -> None:
         print(name, flush=True)
         result[name] = compute()
     result["seconds"] = round(time.time() - start)
+    result = stamp(result, "python scripts/long_form.py")
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out} in {result['seconds']} s")
 
