@@ -55,7 +55,6 @@ def top_p_returns_probs(logits, top_p):
 
 @pytest.mark.parametrize("fn", [
     top_p_right,
-    lambda x, p: process_logits(x, SamplingParams(top_p=p)),
     lambda x, p: torch.log_softmax(top_p_right(x, p), dim=-1),  # a constant shift per row is the same distribution
 ])
 def test_top_p_accepts_right_answers(fn, capsys):
@@ -110,10 +109,19 @@ def top_k_zeros(logits, k):
     return logits.masked_fill(logits < kth, 0.0)
 
 
-@pytest.mark.parametrize("fn", [top_k_right, lambda x, k: process_logits(x, SamplingParams(top_k=k))])
+@pytest.mark.parametrize("fn", [top_k_right])
 def test_top_k_accepts_right_answers(fn, capsys):
     check_top_k(fn)
     assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("check", "fn", "name"), [
+    (check_top_p, lambda x, p: process_logits(x, SamplingParams(top_p=p)), "process_logits"),
+    (check_top_k, lambda x, k: process_logits(x, SamplingParams(top_k=k)), "process_logits"),
+])
+def test_the_library_filters_are_refused(check, fn, name):
+    with pytest.raises(CheckFailed, match=f"库里现成的 `decodelab.sampling.sampler.{name}`"):
+        check(fn)
 
 
 @pytest.mark.parametrize(("fn", "hint"), [
@@ -319,46 +327,80 @@ def test_loop_prompts_are_the_first_two_sentences_of_documents():
         assert len(docs.split_sentences(prompt)) == 2
 
 
-def test_loop_rate_check_accepts_the_measured_rate_and_a_range(tiny_zh_doc, capsys):
+def _continuations(tiny_zh_doc, top_k: int, n: int = LOOP_PROMPTS, seed: int = 0, temperature: float = 1.0) -> list:
     model, tokenizer = tiny_zh_doc
-    params = [SamplingParams(top_k=2, max_tokens=256, seed=i) for i in range(LOOP_PROMPTS)]
-    texts = [c.text for c in generate(model, tokenizer, loop_prompts(LOOP_PROMPTS), params)]
-    rate = sum(ending_loop(t) is not None for t in texts) / len(texts)
-    check_loop_rate(2, rate, num_prompts=LOOP_PROMPTS)
-    assert f"你的是 {rate:.2f}" in capsys.readouterr().out
-    nearby = rate + 0.1 if rate <= 0.5 else rate - 0.1  # other seeds give other rates: the check takes a range
-    check_loop_rate(np.int64(2), np.float64(nearby), num_prompts=LOOP_PROMPTS)
-    assert "通过" in capsys.readouterr().out
+    params = [SamplingParams(top_k=top_k, max_tokens=256, seed=seed + i, temperature=temperature) for i in range(n)]
+    return generate(model, tokenizer, loop_prompts(n), params)
 
 
-def test_loop_rate_check_names_the_mistake(capsys):
-    with pytest.raises(CheckFailed, match="看起来像百分数"):
-        check_loop_rate(2, 17.0, num_prompts=LOOP_PROMPTS)
-    with pytest.raises(CheckFailed, match=r"k = 1 时参考循环率是 1\.00.*偏低.*tiny-zh-doc.*max_tokens=256"):
-        check_loop_rate(1, 0.0, num_prompts=LOOP_PROMPTS)  # greedy ends in a loop on every prompt
-    with pytest.raises(CheckFailed, match="和 greedy（k = 1）的 1.00 差不多.*temperature"):
-        check_loop_rate(torch.tensor(2), 1.0, num_prompts=LOOP_PROMPTS)
+@pytest.fixture(scope="module")
+def loop_runs(tiny_zh_doc):
+    """A student's continuations of the first LOOP_PROMPTS prompts: top-2 (also at T = 0.5), greedy, pure."""
+    return {"k=2": _continuations(tiny_zh_doc, 2), "k=2 T=0.5": _continuations(tiny_zh_doc, 2, temperature=0.5),
+            "greedy": _continuations(tiny_zh_doc, 1), "pure": _continuations(tiny_zh_doc, 0)}
+
+
+def test_loop_rate_check_recomputes_the_rate_from_the_texts(loop_runs, capsys):
+    from decodelab.measure.repetition import loop_rate
+
+    texts = [c.text for c in loop_runs["k=2"]]
+    check_loop_rate(np.int64(2), texts)
+    out = capsys.readouterr().out
+    assert "通过" in out and f"循环率 {loop_rate(texts):.2f}" in out and "参考循环率" in out
+
+
+def test_loop_rate_check_takes_no_bare_number_and_no_completions(loop_runs):
+    with pytest.raises(CheckFailed, match="不是一个数：它会从你的续写里自己数出循环率"):
+        check_loop_rate(2, 0.17)
+    with pytest.raises(CheckFailed, match=r"Completion 对象.*\[c\.text for c in completions\]"):
+        check_loop_rate(2, loop_runs["k=2"])
     with pytest.raises(CheckFailed, match="还没有结果"):
         check_loop_rate(2, None)
-    assert "通过" not in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match=f"检查等的是 {LOOP_PROMPTS + 1} 条"):
+        check_loop_rate(2, [c.text for c in loop_runs["k=2"]], num_prompts=LOOP_PROMPTS + 1)
 
 
-@pytest.mark.parametrize(("k", "rate", "error", "message"), [
-    (2.0, 0.1, TypeError, "k must be an int in [1, 100] (the top_k you measured with), got 2.0 of type float"),
-    (True, 0.1, TypeError, "k must be an int in [1, 100]"),
-    ("2", 0.1, TypeError, "got '2' of type str"),
-    (0, 0.1, ValueError, "k must be an int in [1, 100] (the top_k you measured with), got 0"),
-    (101, 0.1, ValueError, "got 101"),
-    (2, "0.1", TypeError, "rate must be a float in [0, 1] (the share of continuations that end in a loop), got '0.1'"),
-    (2, True, TypeError, "got True of type bool"),
-    (2, [0.1], TypeError, "got [0.1] of type list"),
-    (2, -0.1, ValueError, "rate must be a float in [0, 1] (the share of continuations that end in a loop), got -0.1"),
-    (2, 150.0, ValueError, "got 150.0"),
-    (2, float("nan"), ValueError, "got nan"),
+def test_the_exercise_loop_rate_answers_completions_with_a_hint(loop_runs):
+    from decodelab.book.checks.ch03 import loop_rate
+
+    with pytest.raises(CheckFailed, match=r"generate\(\.\.\.\) 返回的是一个 Completion 列表"):
+        loop_rate(loop_runs["k=2"])
+    assert loop_rate(["小明在公园。小明在公园。", "小明在公园。"]) == 0.5
+
+
+def test_loop_rate_check_notices_texts_not_written_by_top_k(loop_runs):
+    with pytest.raises(CheckFailed, match="那是 greedy"):
+        check_loop_rate(2, [c.text for c in loop_runs["greedy"]])
+    with pytest.raises(CheckFailed, match="不在模型当时最可能的 2 个里"):
+        check_loop_rate(2, [c.text for c in loop_runs["pure"]])
+    with pytest.raises(CheckFailed, match="像是用更小的 k 采样的"):
+        check_loop_rate(3, [c.text for c in loop_runs["k=2"]])
+    with pytest.raises(CheckFailed, match="max_tokens=256"):
+        check_loop_rate(2, [c.text[:10] for c in loop_runs["k=2"]])
+    with pytest.raises(CheckFailed, match="不在模型当时最可能的 2 个里"):  # the prompt pasted in front of each text
+        check_loop_rate(2, [p + c.text for p, c in zip(loop_prompts(LOOP_PROMPTS), loop_runs["k=2"])])
+
+
+def test_loop_rate_check_says_which_way_a_rate_from_texts_is_off(loop_runs):
+    from decodelab.measure.repetition import loop_rate
+
+    texts = [c.text for c in loop_runs["k=2 T=0.5"]]  # top-2 at T = 0.5: sharper, so more loops
+    assert loop_rate(texts) > loop_rate([c.text for c in loop_runs["k=2"]])
+    with pytest.raises(CheckFailed, match="偏高.*temperature 是不是默认的 1") as error:
+        check_loop_rate(2, texts)
+    assert "参考" not in str(error.value)
+
+
+@pytest.mark.parametrize(("k", "error", "message"), [
+    (2.0, TypeError, "k must be an int in [1, 100] (the top_k you measured with), got 2.0 of type float"),
+    (True, TypeError, "k must be an int in [1, 100]"),
+    ("2", TypeError, "got '2' of type str"),
+    (0, ValueError, "k must be an int in [1, 100] (the top_k you measured with), got 0"),
+    (101, ValueError, "got 101"),
 ])
-def test_loop_rate_check_rejects_bad_inputs(k, rate, error, message):
+def test_loop_rate_check_rejects_bad_inputs(k, error, message):
     with pytest.raises(error, match=re.escape(message)):
-        check_loop_rate(k, rate, num_prompts=LOOP_PROMPTS)
+        check_loop_rate(k, ["小明在公园。"])
 
 
 # ---- chapter 04: the error rate after a forced wrong token (exercise 4.3) --------------------------------------
@@ -416,9 +458,10 @@ def mean_of_per_text_rates(judged):
 @pytest.mark.slow
 @pytest.mark.parametrize("run", ["T=1.5", "other seed"])
 def test_later_error_rate_accepts_a_measurement_with_any_seed(snowball, run, capsys):
-    check_later_error_rate(1.5, later_error_rate(snowball[run]["clean"]), later_error_rate(snowball[run]["wrong"]))
+    check_later_error_rate(1.5, snowball[run]["clean"], snowball[run]["wrong"], later_error_rate)
     out = capsys.readouterr().out
     assert "通过" in out and "T = 1.5" in out and "错字 − 对照的 95% 区间" in out
+    assert f"对照 {later_error_rate(snowball[run]['clean']):.2%}" in out  # recomputed from the student's records
 
 
 @pytest.mark.parametrize(("measure", "hint"), [
@@ -427,23 +470,33 @@ def test_later_error_rate_accepts_a_measurement_with_any_seed(snowball, run, cap
     (rate_skip_as_error, "你把 \"skip\" 当成了错误"),
     (share_of_texts_with_an_error, "你算的是“有错的续写占多少”"),
     (mean_of_per_text_rates, "你先算了每段续写自己的错误率，再取平均"),
+    (lambda judged: later_error_rate(judged) + 0.001, "可从同一份记录数出来的比例不是这个数"),
 ])
 def test_later_error_rate_names_the_mistake(snowball, measure, hint, capsys):
     with pytest.raises(CheckFailed, match=re.escape(hint)):
-        check_later_error_rate(1.5, measure(snowball["T=1.5"]["clean"]), measure(snowball["T=1.5"]["wrong"]))
+        check_later_error_rate(1.5, snowball["T=1.5"]["clean"], snowball["T=1.5"]["wrong"], measure)
     assert "通过" not in capsys.readouterr().out
 
 
 def test_later_error_rate_notices_the_temperature_was_not_passed(snowball):
     with pytest.raises(CheckFailed, match="正好像 T = 1 时的结果"):
-        check_later_error_rate(1.5, *(later_error_rate(snowball["T=1"][name]) for name in ("clean", "wrong")))
+        check_later_error_rate(1.5, snowball["T=1"]["clean"], snowball["T=1"]["wrong"], later_error_rate)
+
+
+def test_later_error_rate_refuses_one_condition_given_twice_or_swapped(snowball):
+    run = snowball["T=1.5"]
+    with pytest.raises(CheckFailed, match="是同一份续写"):
+        check_later_error_rate(1.5, run["clean"], run["clean"])
+    with pytest.raises(CheckFailed, match="两组记录放反了"):
+        check_later_error_rate(1.5, run["wrong"], run["clean"])
 
 
 @pytest.mark.parametrize(("args", "hint"), [
     ((1.5, None, None), "还没有量"),
-    ((5, 0.01, 0.01), "TEMPERATURE 应是 0（greedy）到 3 之间的一个数"),
-    ((1.5, "0.02", 0.02), "clean_rate 应是一个数"),
-    ((1.5, 0.2, 0.2), "库在 T = 1.5 的同样 100 篇文档上量到"),
+    ((5, [], []), "TEMPERATURE 应是 0（greedy）到 3 之间的一个数"),
+    ((1.5, 0.02, 0.02), "不是一个数：检查要你的原始记录"),
+    ((1.5, "0.02", []), "应是 continue_and_judge(...) 返回的 Judged 列表"),
+    ((1.5, [], []), "应是 100 篇"),
 ])
 def test_later_error_rate_rejects_what_is_not_a_measurement(args, hint):
     with pytest.raises(CheckFailed, match=re.escape(hint)):

@@ -125,9 +125,13 @@ def kv_no_batch(config, num_tokens, batch_size, dtype_bytes):
 
 def test_kv_bytes_accepts_the_right_answer(capsys):
     check_kv_bytes(kv_right)
-    from decodelab.kv.contiguous_cache import kv_cache_bytes, model_kv_shape
-    check_kv_bytes(lambda c, n, b, d: kv_cache_bytes(*model_kv_shape(c), n * b, d))
     assert "通过" in capsys.readouterr().out
+
+
+def test_kv_bytes_refuses_the_library_formula():
+    from decodelab.kv.contiguous_cache import kv_cache_bytes, model_kv_shape
+    with pytest.raises(CheckFailed, match="库里现成的 `decodelab.kv.contiguous_cache.kv_cache_bytes`"):
+        check_kv_bytes(lambda c, n, b, d: kv_cache_bytes(*model_kv_shape(c), n * b, d))
 
 
 @pytest.mark.parametrize("fn, hint", [
@@ -207,7 +211,7 @@ def test_invalid_mass_accepts_the_right_answer(capsys):
 @pytest.mark.parametrize("fn, hint", [
     (lambda m, t: sum(p for k, p in m.items() if t.get(k, 0.0) > 0), "合法"),
     (lambda m, t: 0.5 * sum(abs(m.get(k, 0.0) - t.get(k, 0.0)) for k in {*m, *t}), "total variation"),
-    (lambda m, t: sum(p for k, p in m.items() if t.get(k, 0.0) < 0.01), "概率很小|应得"),
+    (lambda m, t: sum(p for k, p in m.items() if t.get(k, 0.0) < 0.01), "概率很小|结果不对"),
     (lambda m, t: sum(p for k, p in m.items() if k not in t and k != "</s>"), "</s>"),
 ])
 def test_invalid_mass_names_the_mistake(fn, hint):
@@ -322,19 +326,57 @@ def test_hazard_reference_equals_the_stored_run():
         assert [stored["gap_low"], stored["gap_high"]] == ref["gap_interval"]
 
 
-def test_hazard_gap_accepts_a_range(capsys):
-    ref = HAZARD_REFERENCE[1.0]
-    check_hazard_gap(1.0, ref["data"], ref["own_clean"] + 0.0005)
-    assert "通过" in capsys.readouterr().out
+@pytest.fixture(scope="module")
+def hazard_runs():
+    """A student's raw records of exercise 5.3 at T = 1.3: per document, hazards(...) on the document and on the
+    model's own continuation (seed 0 and seed 1000), each after the first sentence."""
+    from decodelab.measure.dagger import first_sentence
+    from decodelab.measure.exposure import continue_texts, hazards
+    from decodelab.models import load_model
+    from decodelab.models.train import ASSETS
+    from decodelab.toy import DocumentLanguage
+
+    torch.set_num_threads(1)
+    model, tokenizer = load_model(str(ASSETS / "tiny-zh-doc-small"), device="cpu")
+    lang, docs = DocumentLanguage(), DocumentLanguage().sample(40, seed=505_000_005)
+    prompts = [first_sentence(d) for d in docs]
+    runs = {"data": [hazards(model, tokenizer, lang, d, len(p), 1.3) for d, p in zip(docs, prompts)],
+            "from 0": [hazards(model, tokenizer, lang, d, 0, 1.3) for d in docs]}
+    for seed in (0, 1000):
+        own = continue_texts(model, tokenizer, prompts, seed=seed, max_tokens=400, temperature=1.3)
+        runs[f"own {seed}"] = [hazards(model, tokenizer, lang, t, len(p), 1.3) for (t, _), p in zip(own, prompts)]
+    return runs
+
+
+@pytest.mark.parametrize("seed", [0, 1000])
+def test_hazard_gap_recomputes_the_means_from_the_records(hazard_runs, seed, capsys):
+    check_hazard_gap(1.3, hazard_runs["data"], hazard_runs[f"own {seed}"])
+    out = capsys.readouterr().out
+    data = [h for doc in hazard_runs["data"] for _, _, h in doc]
+    assert "通过" in out and f"真实前缀上 {sum(data) / len(data):.4f}" in out
+
+
+def test_hazard_gap_refuses_the_data_given_as_the_models_own(hazard_runs):
+    for temperature in (0.7, 1.0, 1.3):
+        with pytest.raises(CheckFailed, match="你把真实文档上的 hazard 当成了模型自己的"):
+            check_hazard_gap(temperature, hazard_runs["data"], hazard_runs["data"])
 
 
 @pytest.mark.parametrize("args, hint", [
-    ((0.9, 0.01, 0.01), "temperature 应是"),
-    ((1.0, 1.5, 0.01), "0 到 1 之间的概率"),
-    ((1.0, HAZARD_REFERENCE[1.0]["data"] * 0.5, 0.009), "偏低：是不是把第一句"),
-    ((1.0, HAZARD_REFERENCE[1.0]["data"], 0.05), "偏高：是不是把出错之后的位置"),
-    ((1.0, HAZARD_REFERENCE[1.0]["data"], 0.0), "偏低：续写要用同一个 temperature"),
+    ((0.9, [], []), "temperature 应是"),
+    ((1.3, 0.049, 0.048), "不是一个数：检查要你的原始记录"),
+    ((1.3, None, None), "还没有量"),
+    ((1.3, [[(12, "clean", 1.5)]] * 40, [[(12, "clean", 0.1)]] * 40), "不是 0 到 1 之间的概率"),
+    ((1.3, [[]] * 3, [[]] * 3), "应是 40 篇"),
 ])
 def test_hazard_gap_names_the_mistake(args, hint):
     with pytest.raises(CheckFailed, match=hint):
         check_hazard_gap(*args)
+
+
+def test_hazard_gap_names_a_record_that_starts_at_the_prompt_and_a_wrong_temperature(hazard_runs):
+    with pytest.raises(CheckFailed, match="从位置 0 就开始了"):
+        check_hazard_gap(1.3, hazard_runs["from 0"], hazard_runs["own 0"])
+    with pytest.raises(CheckFailed, match="data_records 算出的平均 hazard 是 .*偏高") as error:
+        check_hazard_gap(1.0, hazard_runs["data"], hazard_runs["own 0"])  # measured at 1.3, reported as 1.0
+    assert f"{HAZARD_REFERENCE[1.0]['data']:.4f}" not in str(error.value)

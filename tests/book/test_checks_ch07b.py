@@ -28,7 +28,7 @@ def test_right_answer_passes(capsys):
     (accepts_right, lambda p, q: torch.ones(3), "形状"),
     (lambda p_x, q_x, u: u < q_x / p_x, residual_right, "比值写反了"),
     (lambda p_x, q_x, u: True, residual_right, "总是接受"),
-    (lambda p_x, q_x, u: u < 0.5 * p_x / q_x, residual_right, "应为 min(1, p/q)"),
+    (lambda p_x, q_x, u: u < 0.5 * p_x / q_x, residual_right, "应为 min(1, p(x)/q(x))"),
     (lambda p_x, q_x, u: "yes", residual_right, "应返回 True 或 False"),
 ])
 def test_mistakes_are_named(accepts, residual, hint):

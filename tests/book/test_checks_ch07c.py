@@ -69,7 +69,7 @@ def test_a_mean_of_the_gaps_and_a_list_pass(capsys):
     (with_tpot(lambda sent, t: (t[-1] - sent) / (len(t) - 1)), "把 TTFT 也算进了 TPOT"),
     (with_tpot(lambda sent, t: t[-1] - t[0]), "还没有除以间隔数"),
     (with_tpot(lambda sent, t: t[1] - t[0]), "只用了第一个间隔"),
-    (with_tpot(lambda sent, t: max(b - a for a, b in zip(t, t[1:]))), "TPOT 应为"),
+    (with_tpot(lambda sent, t: max(b - a for a, b in zip(t, t[1:]))), "TPOT 不对"),
     (lambda sent, t: (t[0] - sent, None), "有 5 个 token 时 TPOT 是有定义的"),
     (no_single_token_case, "ZeroDivisionError"),
     (lambda sent, t: (t[0] - sent, statistics.mean(b - a for a, b in zip(t, t[1:]))), "返回 (TTFT, None)"),

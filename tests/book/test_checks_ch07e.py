@@ -64,7 +64,7 @@ def no_edge(n, c, k):
 @pytest.mark.parametrize("estimator, hint", [
     (not_implemented, "还没有实现"),
     (lambda n, c, k: 1.0 - (1.0 - c / n) ** k if k <= n else right(n, c, k), "plug-in"),
-    (lambda n, c, k: c / n, "应为"),
+    (lambda n, c, k: c / n, "不对"),
     (lambda n, c, k: 1.0 - right(n, c, k), "1 − 正确答案"),
     (float_factorials, "OverflowError"),
     (numpy_gamma, "溢出"),

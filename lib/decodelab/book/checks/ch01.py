@@ -8,7 +8,16 @@ from collections.abc import Callable
 
 import torch
 
-from decodelab.book.checks import call_student, close, expect_tensor, fail, passed
+from decodelab.book.checks import (LOG_SOFTMAX_SPELLINGS, SOFTMAX_SPELLINGS, call_student, close, expect_tensor, fail,
+                                   passed)
+
+
+def _softmax_call(fn, x, what):
+    return call_student(fn, x, what=what, forbidden=SOFTMAX_SPELLINGS)
+
+
+def _log_softmax_call(fn, x, what):
+    return call_student(fn, x, what=what, forbidden=LOG_SOFTMAX_SPELLINGS)
 
 # Probing inputs, float32 as the model's logits are.
 _SMALL = torch.tensor([[1.0, 2.0, 0.5, -1.0, 3.0, 0.0, 2.5],
@@ -21,8 +30,9 @@ _TINY_PROB = torch.tensor([[0.0, -200.0, -1.0]])  # [1, 3]: exp(-200) underflows
 
 
 def check_stable_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    """Check `fn(logits [..., V]) -> probs [..., V]`, a softmax over the last dim that never overflows."""
-    out = expect_tensor(call_student(fn, _SMALL, what="形状 [4, 7] 的 logits"), (4, 7), "形状 [4, 7] 的 logits")
+    """Check `fn(logits [..., V]) -> probs [..., V]`, a softmax over the last dim that never overflows, written
+    without torch's or the library's softmax (every spelling of them raises while `fn` runs)."""
+    out = expect_tensor(_softmax_call(fn, _SMALL, what="形状 [4, 7] 的 logits"), (4, 7), "形状 [4, 7] 的 logits")
     if close(out, torch.log_softmax(_SMALL, dim=-1)):
         fail("你返回的是 log 概率（log-softmax）。softmax 要返回概率本身：exp(x - max) / sum(exp(x - max))。")
     if close(out, torch.softmax(_SMALL, dim=0)) or close(out.sum(dim=0), torch.ones(7)):
@@ -32,27 +42,28 @@ def check_stable_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         fail(f"每一行的概率之和应为 1，你的结果是 {out.sum(dim=-1).tolist()}。检查分母：sum(exp(...), dim=-1, keepdim=True)。")
     if not close(out, torch.softmax(_SMALL, dim=-1)):
         fail("每一行加起来是 1，但数值不对。softmax 的分子是 exp(x_i - max)，分母是同一行所有 exp(x_j - max) 的和。")
-    out = expect_tensor(call_student(fn, _LARGE, what="logits [1000, 999, 998, 990]"), (1, 4),
+    out = expect_tensor(_softmax_call(fn, _LARGE, what="logits [1000, 999, 998, 990]"), (1, 4),
                         "logits [1000, 999, 998, 990]")
     if not bool(torch.isfinite(out).all()):
         fail("输入 logits [1000, 999, 998, 990] 时得到了 nan/inf：exp(1000) 在 float32 里溢出成 inf，inf / inf = nan。"
              "提示：先减去每一行的最大值 x - x.max(dim=-1, keepdim=True).values，结果不变，exp 的参数却都 ≤ 0。")
     if not close(out, torch.softmax(_LARGE, dim=-1)):
         fail(f"输入 logits [1000, 999, 998, 990] 时结果不对：{out.tolist()}。减去最大值后别忘了对同一行做归一化。")
-    out = expect_tensor(call_student(fn, _FAR_APART_ROWS, what="两行相差 2000 的 logits"), (2, 3), "两行相差 2000 的 logits")
+    out = expect_tensor(_softmax_call(fn, _FAR_APART_ROWS, what="两行相差 2000 的 logits"), (2, 3), "两行相差 2000 的 logits")
     if not bool(torch.isfinite(out).all()) or not close(out, torch.softmax(_FAR_APART_ROWS, dim=-1)):
         fail("第一行 logits 约 1000、第二行约 -1000 时，第二行变成了 nan 或 0：你减去的是整个张量的最大值，"
              "第二行的 exp 全部下溢成 0，0 / 0 = nan。每一行要减去它自己的最大值：x.max(dim=-1, keepdim=True)。")
     vector = torch.tensor([2.0, 1.0, 0.1])
-    out = expect_tensor(call_student(fn, vector, what="一维 logits [2.0, 1.0, 0.1]"), (3,), "一维 logits [2.0, 1.0, 0.1]")
+    out = expect_tensor(_softmax_call(fn, vector, what="一维 logits [2.0, 1.0, 0.1]"), (3,), "一维 logits [2.0, 1.0, 0.1]")
     if not close(out, torch.softmax(vector, dim=-1)):
         fail("一维输入 [V] 时结果不对：沿 dim=-1 计算，就同时适用于 [V] 和 [B, V]。")
     passed("softmax 在 [V] 和 [B, V] 上都正确，logits 到 1000 也不会溢出，每一行各自减去了自己的最大值。")
 
 
 def check_log_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    """Check `fn(logits [..., V]) -> log_probs [..., V]`, finite even where a probability underflows."""
-    out = expect_tensor(call_student(fn, _SMALL, what="形状 [4, 7] 的 logits"), (4, 7), "形状 [4, 7] 的 logits")
+    """Check `fn(logits [..., V]) -> log_probs [..., V]`, finite even where a probability underflows, written
+    without torch's or the library's log_softmax."""
+    out = expect_tensor(_log_softmax_call(fn, _SMALL, what="形状 [4, 7] 的 logits"), (4, 7), "形状 [4, 7] 的 logits")
     reference = torch.log_softmax(_SMALL, dim=-1)
     if close(out, torch.softmax(_SMALL, dim=-1)):
         fail("你返回的是概率（softmax），题目要的是 log 概率：log_softmax(x) = x - logsumexp(x)。")
@@ -67,13 +78,13 @@ def check_log_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
             fail("每一行都差了一个常数：exp(结果) 加起来不是 1。检查 logsumexp 那一项：log(sum(exp(x - m))) + m，sum 沿 dim=-1。")
     if not close(out, reference):
         fail("数值不对。log_softmax(x)_i = x_i - m - log(sum_j exp(x_j - m))，其中 m 是这一行的最大值。")
-    out = expect_tensor(call_student(fn, _TINY_PROB, what="logits [0, -200, -1]"), (1, 3), "logits [0, -200, -1]")
+    out = expect_tensor(_log_softmax_call(fn, _TINY_PROB, what="logits [0, -200, -1]"), (1, 3), "logits [0, -200, -1]")
     if bool(torch.isinf(out).any()):
         fail("输入 logits [0, -200, -1] 时出现了 -inf：exp(-200) 在 float32 里下溢成 0，log(0) = -inf。"
-             "先算 softmax 再取 log 会丢掉小概率；直接用 x - m - log(sum(exp(x - m)))，结果是 -200 左右，是有限值。")
+             "先算 softmax 再取 log 会丢掉小概率；直接用 x - m - log(sum(exp(x - m)))，结果是有限值。")
     if not close(out, torch.log_softmax(_TINY_PROB, dim=-1)):
         fail(f"输入 logits [0, -200, -1] 时结果不对：{out.tolist()}。")
-    out = expect_tensor(call_student(fn, _LARGE, what="logits [1000, 999, 998, 990]"), (1, 4), "logits [1000, 999, 998, 990]")
+    out = expect_tensor(_log_softmax_call(fn, _LARGE, what="logits [1000, 999, 998, 990]"), (1, 4), "logits [1000, 999, 998, 990]")
     if not bool(torch.isfinite(out).all()):
         fail("输入 logits [1000, 999, 998, 990] 时得到了 nan/inf：exp(1000) 溢出。先减去每一行的最大值再取 exp。")
     if not close(out, torch.log_softmax(_LARGE, dim=-1)):

@@ -15,6 +15,9 @@ _LOGITS = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0],
                         [0.1, 3.0, -0.5, 1.2, 0.8],
                         [1.0, 1.0, 0.0, -2.0, 0.5]])  # [3, 5]
 _LARGE = torch.tensor([[50.0, 49.0, 45.0, 10.0]])  # [1, 4]: divided by T = 0.05 these reach 1000
+# the library's own answers to exercises 2.1 and 2.2: they raise while the student's function runs
+TEMPERATURE_FORBIDDEN = ("decodelab.sampling.sampler.process_logits", "decodelab.sampling.sampler.sample")
+ENTROPY_FORBIDDEN = ("decodelab.sampling.probs.entropy", "torch.distributions.Categorical.entropy")
 
 
 def _reference(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -24,13 +27,13 @@ def _reference(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 def check_temperature_softmax(fn: Callable[[torch.Tensor, float], torch.Tensor]) -> None:
     """Check `fn(logits [..., V], temperature) -> probs [..., V]`, i.e. softmax(logits / T) over the last dim."""
     what = "形状 [3, 5] 的 logits、T = 1"
-    out = expect_tensor(call_student(fn, _LOGITS, 1.0, what=what), (3, 5), what)
+    out = expect_tensor(call_student(fn, _LOGITS, 1.0, what=what, forbidden=TEMPERATURE_FORBIDDEN), (3, 5), what)
     if close(out, torch.softmax(_LOGITS, dim=0)):
         fail("T = 1 时每一列加起来是 1：你在 dim=0（batch 维）上做了 softmax，应该沿最后一维 dim=-1。")
     if not close(out, _reference(_LOGITS, 1.0)):
         fail("T = 1 时结果应该就是普通的 softmax(logits)。先确认 softmax 本身沿 dim=-1 计算正确。")
     what = "T = 0.5"
-    out = expect_tensor(call_student(fn, _LOGITS, 0.5, what=what), (3, 5), what)
+    out = expect_tensor(call_student(fn, _LOGITS, 0.5, what=what, forbidden=TEMPERATURE_FORBIDDEN), (3, 5), what)
     if close(out, _reference(_LOGITS, 2.0)):
         fail("T = 0.5 时你的分布反而变平了：你把 logits 乘以了 T。公式是 softmax(logits / T)："
              "T < 1 把 logits 放大，分布变尖；T > 1 把 logits 缩小，分布变平。")
@@ -42,7 +45,7 @@ def check_temperature_softmax(fn: Callable[[torch.Tensor, float], torch.Tensor])
     if not close(out, _reference(_LOGITS, 0.5)):
         fail("T = 0.5 时数值不对。应为 exp(z_i / T) / sum_j exp(z_j / T)。")
     what = "logits [50, 49, 45, 10]、T = 0.05"
-    out = expect_tensor(call_student(fn, _LARGE, 0.05, what=what), (1, 4), what)
+    out = expect_tensor(call_student(fn, _LARGE, 0.05, what=what, forbidden=TEMPERATURE_FORBIDDEN), (1, 4), what)
     if not bool(torch.isfinite(out).all()):
         fail("logits [50, 49, 45, 10] 在 T = 0.05 时得到 nan：logits / T 达到 1000，exp 溢出。"
              "除以 T 之后要用数值稳定的 softmax（先减去每一行的最大值，或直接用 torch.softmax）。")
@@ -64,36 +67,36 @@ def check_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Check `fn(probs [..., V]) -> entropy [...]` in nats, with 0 log 0 = 0, over the last dim."""
     uniform = torch.full((4,), 0.25)
     what = "均匀分布 [0.25, 0.25, 0.25, 0.25]"
-    out = call_student(fn, uniform, what=what)
+    out = call_student(fn, uniform, what=what, forbidden=ENTROPY_FORBIDDEN)
     if not isinstance(out, torch.Tensor):
         fail(f"输入 {what} 时应返回 torch.Tensor，实际返回了 {type(out).__name__}。")
     value = float(out.reshape(-1)[0]) if out.numel() else float("nan")
     if math.isclose(value, 2.0, abs_tol=1e-4):
-        fail("均匀分布在 4 个 token 上的熵你算成了 2：那是以 2 为底（bits）。本课程用自然对数（nats），答案是 ln 4 ≈ 1.386。")
+        fail("均匀分布在 4 个 token 上的熵你算成了 2：那是以 2 为底（bits）。本课程用自然对数（nats）：torch.log 就是自然对数，不要换底。")
     if math.isclose(value, -math.log(4), abs_tol=1e-4):
         fail("熵是负的：H(p) = -sum p log p，前面有一个负号。")
     expect_tensor(out, (), what)
     if not math.isclose(value, math.log(4), abs_tol=1e-4):
-        fail(f"均匀分布在 4 个 token 上的熵应为 ln 4 ≈ 1.386 nats，你的结果是 {value:.4f}。")
+        fail(f"均匀分布在 4 个 token 上的熵不对，你的结果是 {value:.4f}。H(p) = -Σ p log p，沿最后一维求和，用自然对数。")
     what = "one-hot 分布 [1, 0, 0, 0]"
-    out = expect_tensor(call_student(fn, torch.tensor([1.0, 0.0, 0.0, 0.0]), what=what), (), what)
+    out = expect_tensor(call_student(fn, torch.tensor([1.0, 0.0, 0.0, 0.0]), what=what, forbidden=ENTROPY_FORBIDDEN), (), what)
     if not bool(torch.isfinite(out).all()):
         fail("输入 [1, 0, 0, 0] 时得到了 nan：0 · log 0 在 PyTorch 里是 0 · (-inf) = nan。约定 0 log 0 = 0："
              "用 torch.xlogy(p, p)，或 torch.where(p > 0, p * p.log(), 0)。")
     if not math.isclose(float(out), 0.0, abs_tol=1e-5):
-        fail(f"确定的分布 [1, 0, 0, 0] 熵应为 0，你的结果是 {float(out):.4f}。")
+        fail(f"确定的分布 [1, 0, 0, 0] 熵不对，你的结果是 {float(out):.4f}：一个 token 概率为 1 时没有任何不确定性。")
     batch = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])  # [3, 3]
     expected = -torch.xlogy(batch, batch).sum(dim=-1)  # [3]
     what = "形状 [3, 3] 的一批分布"
-    out = call_student(fn, batch, what=what)
+    out = call_student(fn, batch, what=what, forbidden=ENTROPY_FORBIDDEN)
     if isinstance(out, torch.Tensor) and out.numel() == 1 and close(out.reshape(()), expected.sum()):
         fail("输入一批 [3, 3] 分布时只返回了一个数：你把所有元素加在一起了。沿最后一维 sum(dim=-1)，每一行得到一个熵，形状 [3]。")
     out = expect_tensor(out, (3,), what)
     if close(out, -torch.xlogy(batch, batch).sum(dim=0)):
         fail("输入一批 [3, 3] 分布时你沿 dim=0 求和了：每一行是一个分布，应该沿最后一维 dim=-1 求和。")
     if not close(out, expected):
-        fail(f"一批分布的熵应为 {[round(v, 4) for v in expected.tolist()]}，你的结果是 {out.tolist()}。")
+        fail(f"一批 [3, 3] 分布的熵不对，你的结果是 {[round(v, 4) for v in out.tolist()]}。每一行各算一个 -Σ p log p，0 log 0 按 0 计。")
     passed("熵正确：单位是 nats，0 log 0 按 0 计，[B, V] 输入得到每一行的熵 [B]。")
 
 
-__all__ = ["CheckFailed", "check_entropy", "check_temperature_softmax"]
+__all__ = ["CheckFailed", "ENTROPY_FORBIDDEN", "TEMPERATURE_FORBIDDEN", "check_entropy", "check_temperature_softmax"]

@@ -13,14 +13,15 @@ import functools
 import math
 import numbers
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from decodelab.book.checks import call_student, expect_tensor, fail, passed
 from decodelab.decoding.generate import generate
 from decodelab.sampling.sampler import SamplingParams, process_logits
-from decodelab.measure.repetition import loop_rate
+from decodelab.measure.repetition import ending_loop as _ending_loop
+from decodelab.measure.repetition import loop_rate as _loop_rate
 from decodelab.toy.documents import DocumentLanguage
 from decodelab.validation import check_int
 
@@ -35,6 +36,10 @@ _CROSSING = _logits_of([[0.05, 0.1, 0.15, 0.4, 0.3]])
 _TWO_ROWS = _logits_of([[0.02, 0.6, 0.03, 0.25, 0.1],  # p = 0.9: keep 0.6, 0.25, 0.1
                         [0.22, 0.18, 0.2, 0.21, 0.19]])  # flat row: all five (0.18 crosses 0.9)
 _PEAKED = _logits_of([[0.01, 0.97, 0.01, 0.01]])  # p = 0.5: only the top token
+# the library's own filters: they raise while the student's function runs
+FILTER_FORBIDDEN = ("decodelab.sampling.sampler.process_logits", "decodelab.sampling.sampler.sample",
+                    "decodelab.sampling.truncation.top_p_filter", "decodelab.sampling.truncation.top_p_descending",
+                    "decodelab.sampling.truncation.top_k_filter")
 
 
 def _reference(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -90,7 +95,7 @@ def check_top_p(fn: Callable[[torch.Tensor, float], torch.Tensor]) -> None:
                             (_TWO_ROWS, 0.9, "两行概率（一行尖、一行平），top_p=0.9"),
                             (_PEAKED, 0.5, "概率 [0.01, 0.97, 0.01, 0.01]，top_p=0.5"),
                             (_CROSSING, 0.01, "概率 [0.05, 0.1, 0.15, 0.4, 0.3]，top_p=0.01")):
-        out = expect_tensor(call_student(fn, logits, p, what=what), tuple(logits.shape), what)
+        out = expect_tensor(call_student(fn, logits, p, what=what, forbidden=FILTER_FORBIDDEN), tuple(logits.shape), what)
         expected = _reference(logits, SamplingParams(top_p=p))
         if _same_distribution(out, expected):
             continue
@@ -101,8 +106,8 @@ def check_top_p(fn: Callable[[torch.Tensor, float], torch.Tensor]) -> None:
             fail(f"输入 {what} 时：{hint}")
         if torch.equal(_kept(out), _kept(expected)):
             fail(f"输入 {what} 时留下的 token 对了，但它们的 logits 被改了。只把被删掉的位置设为 -inf，其他位置保持原值。")
-        fail(f"输入 {what} 时保留的 token 不对：应保留 {_kept(expected).int().tolist()}（1 = 保留），"
-             f"你保留了 {_kept(out).int().tolist()}。")
+        fail(f"输入 {what} 时保留的 token 不对：你保留了 {_kept(out).int().tolist()}（1 = 保留）。"
+             "按概率从大到小排，一个 token 留下当且仅当比它更可能的 token 的概率之和 < p。")
     passed("top-p 正确：越过 p 的 token 被保留，最可能的 token 总在，每一行各自计算，结果放回了词表原来的位置。")
 
 
@@ -144,7 +149,7 @@ def check_top_k(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     for logits, k, what in ((_ROW, 3, "一行 logits，k=3"), (_BATCH, 2, "三行 logits [3, 7]，k=2"),
                             (_SQUARE, 2, "四行四列的 logits [4, 4]，k=2"), (_BATCH, 7, "三行 logits [3, 7]，k=7（= V）"),
                             (_BATCH, 1, "三行 logits [3, 7]，k=1")):
-        out = expect_tensor(call_student(fn, logits, k, what=what), tuple(logits.shape), what)
+        out = expect_tensor(call_student(fn, logits, k, what=what, forbidden=FILTER_FORBIDDEN), tuple(logits.shape), what)
         expected = _reference(logits, SamplingParams(top_k=k))
         if _same_distribution(out, expected):
             continue
@@ -158,8 +163,8 @@ def check_top_k(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
             fail(f"输入 {what} 时：{hint}")
         if torch.equal(_kept(out), _kept(expected)):
             fail(f"输入 {what} 时留下的 token 对了，但它们的 logits 被改了：只把被删掉的位置设为 -inf。")
-        fail(f"输入 {what} 时保留的 token 不对：应保留 {_kept(expected).int().tolist()}（1 = 保留），"
-             f"你保留了 {_kept(out).int().tolist()}。")
+        fail(f"输入 {what} 时保留的 token 不对：你保留了 {_kept(out).int().tolist()}（1 = 保留）。"
+             "每一行留下它自己最大的 k 个 logits。")
     passed("top-k 正确：每一行用自己的第 k 大值（形状 [B, 1]），batch 为 1、3 还是 B == V 都对，k = V 时全部保留。")
 
 
@@ -169,6 +174,7 @@ LOOP_PROMPT_SEED = 2026  # the documents of chapter 03's long-form table (script
 LOOP_MAX_TOKENS = 256
 MAX_LOOP_K = 100
 MAX_LOOP_PROMPTS = 200  # keeps the reference run under half a minute on one CPU thread
+LOOP_CONTEXT = 512  # tiny-zh-doc's context: the check scores at most this many tokens of prompt + text
 _reference_loop_rates: dict[tuple[int, int], float] = {}  # (k, num_prompts) -> rate, so a re-run check is instant
 
 
@@ -202,7 +208,7 @@ def _reference_loop_rate(k: int, num_prompts: int) -> float:
         model, tokenizer = _tiny_zh_doc()
         params = [SamplingParams(top_k=k, max_tokens=LOOP_MAX_TOKENS, seed=i) for i in range(num_prompts)]
         completions = generate(model, tokenizer, loop_prompts(num_prompts), params)
-        _reference_loop_rates[key] = loop_rate([c.text for c in completions])
+        _reference_loop_rates[key] = _loop_rate([c.text for c in completions])
     return _reference_loop_rates[key]
 
 
@@ -220,63 +226,129 @@ def _as_top_k(k) -> int:
     return value
 
 
-def _as_rate(rate) -> float:
-    """`rate` as a float; numpy numbers and one-element torch tensors are accepted, the range is checked by the caller."""
-    if isinstance(rate, torch.Tensor) and rate.numel() == 1 and rate.dtype != torch.bool:
-        rate = rate.item()
-    if isinstance(rate, (bool, torch.Tensor)) or not isinstance(rate, numbers.Real):
-        raise TypeError(f"rate must be a float in [0, 1] (the share of continuations that end in a loop), "
-                        f"got {rate!r} of type {type(rate).__name__}")
-    value = float(rate)
-    if math.isnan(value) or not 0 <= value <= 100:
-        raise ValueError(f"rate must be a float in [0, 1] (the share of continuations that end in a loop), got {rate!r}")
-    return value
+def _is_completion(x) -> bool:
+    return hasattr(x, "token_ids") and hasattr(x, "finish_reason")
 
 
-def check_loop_rate(k: int, rate: float, num_prompts: int = 30) -> None:
-    """Check a measured loop rate: the share of tiny-zh-doc's continuations of `loop_prompts(num_prompts)`, decoded
-    with `SamplingParams(top_k=k, max_tokens=256)`, that end in a repeated phrase (`text_metrics.loop_rate`).
+def _completion_hint(name: str) -> str:
+    return (f"{name} 里是 Completion 对象（generate(...) 返回的是一个 Completion 列表，每个提示一个），不是文字。"
+            "每个 Completion 的续写文字在 .text 里：texts = [c.text for c in completions]。")
 
-    The student may use any seeds, so the check accepts `rate` within max(0.1, 2 sqrt(p (1 - p) / n)) of the
-    library's own rate p (prompt i with seed i); the reference is computed once per (k, num_prompts) and cached.
+
+def loop_rate(texts) -> float:
+    """`decodelab.measure.repetition.loop_rate` for the exercise, with a Chinese hint when it is handed the
+    `Completion` objects of `generate(...)` instead of their texts.
+
+    >>> loop_rate(["小明在公园。小明在公园。", "小明在公园。"])
+    0.5
+
+    Taught in: exercises/03-strategies.ipynb
+    """
+    if isinstance(texts, Sequence) and not isinstance(texts, str) and any(_is_completion(t) for t in texts):
+        fail(_completion_hint("传给 loop_rate(...) 的列表"))
+    if _is_completion(texts):
+        fail(_completion_hint("传给 loop_rate(...) 的列表"))
+    return _loop_rate(texts)
+
+
+def _as_texts(texts, num_prompts: int | None) -> list[str]:
+    """The student's continuations as a list of str, or a hint."""
+    if texts is None:
+        fail("还没有结果：texts 还是 None。用 loop_prompts() 的提示生成续写，把续写的文字列表交给检查"
+             "（检查会自己数以循环结尾的续写）。")
+    if isinstance(texts, (numbers.Real, torch.Tensor)) and not isinstance(texts, bool):
+        fail("检查要的是你生成的续写本身（一个字符串列表，每个提示一条），不是一个数："
+             "它会从你的续写里自己数出循环率，并确认它们真是 top-k 采样写出来的。")
+    if _is_completion(texts) or (isinstance(texts, Sequence) and any(_is_completion(t) for t in texts)):
+        fail(_completion_hint("texts"))
+    if isinstance(texts, str) or not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
+        fail(f"texts 应是一个字符串列表（每个提示一条续写），你给的是 {type(texts).__name__}。")
+    texts = list(texts)
+    if num_prompts is not None and len(texts) != num_prompts:
+        fail(f"你给了 {len(texts)} 条续写，检查等的是 {num_prompts} 条（loop_prompts({num_prompts}) 的每个提示一条）。")
+    if not 1 <= len(texts) <= MAX_LOOP_PROMPTS:
+        fail(f"续写的条数应在 1 到 {MAX_LOOP_PROMPTS} 之间，你给了 {len(texts)} 条。")
+    return texts
+
+
+def _ranks(k: int, texts: list[str]) -> tuple[float, float, float, int]:
+    """Shares of the continuations' tokens that are not among tiny-zh-doc's k most likely after prompt i and the
+    text so far, that are not its most likely, and that are exactly its k-th most likely; and the number of
+    characters outside the vocabulary."""
+    model, tokenizer = _tiny_zh_doc()
+    prompts = loop_prompts(len(texts))
+    outside = not_first = at_k = total = unknown = 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for prompt, text in zip(prompts, texts):
+                if not text:
+                    continue
+                prompt_ids = tokenizer(prompt)["input_ids"]
+                ids = tokenizer.convert_tokens_to_ids(list(text))
+                unknown += sum(i == tokenizer.unk_token_id for i in ids)
+                full = (prompt_ids + ids)[:LOOP_CONTEXT]
+                logits = model(input_ids=torch.tensor([full])).logits[0, len(prompt_ids) - 1:-1]  # [n, V]
+                chosen = logits.gather(-1, torch.tensor(full[len(prompt_ids):]).unsqueeze(-1))  # [n, 1]
+                rank = (logits > chosen + 1e-4).sum(dim=-1)  # [n]: tokens strictly more likely than the chosen one
+                outside += int((rank >= k).sum())
+                not_first += int((rank >= 1).sum())
+                at_k += int((rank == k - 1).sum())
+                total += len(full) - len(prompt_ids)
+    finally:
+        torch.set_num_threads(threads)
+    share = (lambda n: n / total if total else 0.0)  # noqa: E731
+    return share(outside), share(not_first), share(at_k), unknown
+
+
+def check_loop_rate(k: int, texts, num_prompts: int | None = None) -> None:
+    """Check a measured loop rate from the student's own continuations: `texts[i]` is tiny-zh-doc's continuation
+    of `loop_prompts(len(texts))[i]`, decoded with `SamplingParams(top_k=k, max_tokens=256)`.
+
+    The check recomputes the loop rate from `texts` (`loop_rate`: the share that ends in a repeated phrase), confirms
+    that the texts are top-k continuations of those prompts (each token among the model's k most likely there), and
+    accepts a rate within max(0.1, 2 sqrt(p (1 - p) / n)) of the library's own rate p (prompt i with seed i), so any
+    seeds pass. A failure names which way the student's rate is off, never the reference; a pass shows it.
 
     Taught in: exercises/03-strategies.ipynb
     """
     k = _as_top_k(k)
-    check_int(num_prompts, "num_prompts")
-    if num_prompts > MAX_LOOP_PROMPTS:
-        raise ValueError(f"num_prompts must be an int in [1, {MAX_LOOP_PROMPTS}], got {num_prompts}")
-    if rate is None:
-        fail("还没有结果：rate 还是 None。用 loop_prompts() 的提示生成续写，再用 loop_rate 算出以循环结尾的续写所占的比例"
-             "（0 到 1 之间的小数）。")
-    rate = _as_rate(rate)
-    if rate > 1:
-        fail(f"rate 应是 0 到 1 之间的比例，你的 {rate:g} 看起来像百分数（或以循环结尾的续写的个数）："
-             f"百分数要除以 100，个数要除以提示数 {num_prompts}。")
+    if num_prompts is not None:
+        check_int(num_prompts, "num_prompts")
+    texts = _as_texts(texts, num_prompts)
+    num_prompts = len(texts)
+    lengths = [len(t) for t in texts]
+    if max(lengths) <= 16:
+        fail("所有续写都不超过 16 个字：SamplingParams 里有没有 max_tokens=256？默认只有 16 个 token，续写太短，循环还来不及出现。")
+    if max(lengths) > LOOP_MAX_TOKENS:
+        fail(f"有一条续写长 {max(lengths)} 个字，超过了 max_tokens=256：texts 里应只有续写（completion.text），"
+             "不要把提示也拼进去。")
+    outside, not_first, at_k, unknown = _ranks(k, texts)
+    if unknown:
+        fail(f"续写里有 {unknown} 个字不在 tiny-zh-doc 的词表里：texts 应是 generate(...) 写出来的 completion.text。")
+    if k > 1 and not_first <= 0.01:
+        fail(f"你的续写几乎每一步都取了最可能的 token：那是 greedy（k = 1），不是 top-{k} 采样。temperature 是不是 0，"
+             "top_k 是不是传成了 1，或者你自己取了 argmax？")
+    if 1 < k <= 5 and at_k == 0 and outside <= 0.01:
+        fail(f"你的续写里没有一个 token 是模型当时第 {k} 可能的：像是用更小的 k 采样的。"
+             f"SamplingParams 里的 top_k 是不是你报告的 k = {k}？")
+    if outside > 0.01:
+        fail(f"你的续写里有 {outside:.0%} 的 token 不在模型当时最可能的 {k} 个里：它们不是 top-{k} 采样写出来的。逐项看看："
+             "① 模型是不是 tiny-zh-doc：load_model() 默认加载的 tiny-zh 只学过单句；"
+             "② top_k=k 有没有传给 SamplingParams：默认 top_k=0 表示不截断（纯采样）；"
+             "③ 提示是不是 loop_prompts() 给的那些，第 i 条续写对应第 i 个提示；"
+             "④ temperature 保持默认的 1。")
+    rate = _loop_rate(texts)
     reference = _reference_loop_rate(k, num_prompts)
     tolerance = max(0.1, 2 * math.sqrt(reference * (1 - reference) / num_prompts))
-    measured = (f"k = {k} 时参考循环率是 {reference:.2f}（{num_prompts} 个提示，提示 i 用 seed i，max_tokens=256），"
-                f"容许范围 ±{tolerance:.2f}，你的是 {rate:.2f}")
     if abs(rate - reference) <= tolerance + 1e-9:
-        passed(f"{measured}。换了 seed 数字会变：{num_prompts} 个提示的抽样误差约 2·√(p(1−p)/n)，检查至少容许 ±0.1。")
+        passed(f"你的 {num_prompts} 条续写里，{sum(_ending_loop(t) is not None for t in texts)} 条以循环结尾，"
+               f"循环率 {rate:.2f}；k = {k} 时参考循环率是 {reference:.2f}（提示 i 用 seed i，max_tokens=256），"
+               f"容许范围 ±{tolerance:.2f}。换了 seed 数字会变：{num_prompts} 个提示的抽样误差约 2·√(p(1−p)/n)，"
+               "检查至少容许 ±0.1。")
         return
-    if rate < reference:
-        fail(f"{measured}，偏低。逐项看看："
-             "① 模型是不是 tiny-zh-doc：load_model() 默认加载的 tiny-zh 只学过单句，写完一句就结束，来不及循环；"
-             "② SamplingParams 里有没有 max_tokens=256：默认只有 16 个 token，续写太短，循环还没出现；"
-             "③ top_k=k 有没有传给 SamplingParams：默认 top_k=0 表示不截断，那是纯采样，几乎从不循环；"
-             "④ 提示是不是 loop_prompts(...) 给的文档前两句；数的是不是续写 completion.text 结尾的循环"
-             "（ending_loop(text) 不是 None，或直接 loop_rate(texts)）。"
-             f"如果用了别的提示个数 n，把 num_prompts=n 传给检查（现在是 {num_prompts}）。")
-    if k > 1:
-        greedy = _reference_loop_rate(1, num_prompts)
-        if abs(rate - greedy) <= 0.1:
-            fail(f"{measured}，却和 greedy（k = 1）的 {greedy:.2f} 差不多。temperature 是不是 0？"
-                 "temperature=0 就是 greedy，这时 top_k 不起作用；或者传进去的 top_k 其实是 1，或者你自己取了 argmax。"
-                 "用 SamplingParams(top_k=k, max_tokens=256, seed=i)，temperature 保持默认的 1。")
-    fail(f"{measured}，偏高。逐项看看："
-         "① 数的是不是以循环结尾的续写（ending_loop / loop_rate）：repetition_rate 会把中途重复过、后来又走出来的续写也算进去；"
-         "② temperature 是不是小于 1：分布更尖，更容易重复；"
-         "③ 传给 SamplingParams 的 top_k 是不是比你报告的 k 小；"
-         "④ 提示是不是 loop_prompts(...) 给的文档前两句。"
-         f"如果用了别的提示个数 n，把 num_prompts=n 传给检查（现在是 {num_prompts}）。")
+    direction = "偏低" if rate < reference else "偏高"
+    fail(f"从你的续写数出来的循环率是 {rate:.2f}，比 k = {k} 时应有的{direction}，超出了抽样误差。"
+         "续写确实是 top-k 采样写的，所以看看别的设置：max_tokens 是不是 256（太短，循环来不及出现；太长会更多）；"
+         "temperature 是不是默认的 1（小于 1 分布更尖，更容易重复）；提示是不是 loop_prompts(...) 给的文档前两句。")

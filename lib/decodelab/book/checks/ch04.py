@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from decodelab.book.checks import CheckFailed, call_student, close, expect_tensor, fail, passed
+from decodelab.book.checks import MODEL_TIME_LIMIT_S, CheckFailed, call_student, close, expect_tensor, fail, passed
+
+# the library's own loops: they raise while the student's greedy_generate runs
+GREEDY_FORBIDDEN = ("decodelab.decoding.generate.generate", "decodelab.decoding.beam.beam_search")
 
 _GEN = torch.Generator().manual_seed(4)
 _SHORT_LOGITS = torch.randn(2, 6, 10, generator=_GEN) * 2.0  # [B=2, L=6, V=10]
@@ -56,7 +60,8 @@ def check_sequence_log_prob(fn: Callable[[torch.Tensor, torch.Tensor], torch.Ten
                  "log(0) = -inf。在 log 空间里求和：log P = Σ log_softmax(logits)[token]，不要先把概率乘起来。")
         hint = _sequence_mistake(out, logits, ids)
         fail(f"输入 {what} 时：{hint}" if hint else
-             f"输入 {what} 时结果不对：应为 {reference.tolist()}，你的是 {out.tolist()}。")
+             f"输入 {what} 时结果不对，你的是 {[round(v, 4) for v in out.tolist()]}。"
+             "log P = Σ_t log_softmax(logits[:, t])[input_ids[:, t + 1]]，t 从 0 到 L − 2。")
     passed("序列的 log 概率正确：logits[:, :-1] 对应 input_ids[:, 1:]，在 log 空间求和，400 步也不会下溢。")
 
 
@@ -102,7 +107,8 @@ def check_greedy_with_cache(fn: Callable, model=None, input_ids: torch.Tensor | 
         what = f"{batch} 个长度为 {prompt_len} 的提示，max_new_tokens={max_new_tokens}"
         try:
             with torch.no_grad():
-                out = call_student(fn, model, input_ids, max_new_tokens, what=what)
+                out = call_student(fn, model, input_ids, max_new_tokens, what=what, time_limit=MODEL_TIME_LIMIT_S,
+                                   forbidden=GREEDY_FORBIDDEN)
         except CheckFailed as error:
             if "same number of dimensions" in str(error) or "Expected 2D" in str(error):
                 fail(f"{error}\n提示：argmax(dim=-1) 的结果形状是 [B]；用 argmax(dim=-1, keepdim=True) 得到 [B, 1]，"
@@ -217,51 +223,98 @@ def _snowball_mistake(value: float, counts: dict[str, np.ndarray]) -> str | None
     return None
 
 
-def check_later_error_rate(temperature: float, clean_rate: float | None, wrong_rate: float | None) -> None:
-    """Check the student's error rates after the forced position at `temperature`: `clean_rate` with nothing forced,
-    `wrong_rate` after the forced wrong character, each = errors / judged characters over the 100 exercise documents
-    (`continue_and_judge(..., max_tokens=50, seed=0)`). Accepted: the library's own measurement ± max(0.002, three
-    bootstrap standard errors), so another seed passes too.
+def _counts_of(judged) -> dict[str, np.ndarray]:
+    return {verdict: np.array([j.statuses.count(verdict) for j in judged], dtype=float)
+            for verdict in ("error", "ok", "skip")}
+
+
+def _as_judged(value, name: str) -> list:
+    """The student's per-document records of one condition, or a hint."""
+    from decodelab.measure.forced_token import Judged
+
+    if value is None:
+        fail("还没有量：把 clean_judged 和 wrong_judged 换成 continue_and_judge(...) 返回的列表"
+             "（每篇文档一个 Judged），检查会从里面自己数错误率。")
+    if isinstance(value, (numbers.Real, np.floating)) and not isinstance(value, bool):
+        fail(f"{name} 应是 continue_and_judge(...) 返回的列表（每篇文档一个 Judged），不是一个数："
+             "检查要你的原始记录，从里面自己数错误率。")
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or \
+            not all(isinstance(j, Judged) for j in value):
+        fail(f"{name} 应是 continue_and_judge(...) 返回的 Judged 列表，你给的是 {type(value).__name__}。")
+    if len(value) != SNOWBALL_DOCUMENTS:
+        fail(f"{name} 里有 {len(value)} 篇文档的记录，应是 {SNOWBALL_DOCUMENTS} 篇："
+             f"forced_inputs(..., n={SNOWBALL_DOCUMENTS}, seed=DOCUMENT_SEED) 的全部前缀。")
+    return list(value)
+
+
+def _pooled(counts: dict[str, np.ndarray]) -> float:
+    judged = counts["error"].sum() + counts["ok"].sum()
+    return float(counts["error"].sum() / judged) if judged else float("nan")
+
+
+def check_later_error_rate(temperature: float, clean_judged, wrong_judged,
+                           later_error_rate: Callable | None = None) -> None:
+    """Check the student's measurement after the forced position at `temperature`: `clean_judged` (nothing forced)
+    and `wrong_judged` (the forced wrong character) are the lists `continue_and_judge(..., max_tokens=50, seed=...)`
+    returned for the 100 exercise documents. The check recomputes each error rate (errors / judged characters,
+    pooled) from the records, and, given the student's `later_error_rate`, runs it on them too. Accepted: the
+    library's own measurement ± max(0.002, three bootstrap standard errors), so another seed passes too. A failure
+    may say which way a rate is off (it is computed from the student's records), never the reference.
     """
     from decodelab.sampling.sampler import SamplingParams
 
-    if clean_rate is None or wrong_rate is None:
-        fail("还没有量：把 clean_rate 和 wrong_rate 换成你量到的错误率（0 到 1 之间的比例）。")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 3:
         fail(f"TEMPERATURE 应是 0（greedy）到 3 之间的一个数，你给的是 {temperature!r}。")
     try:
         SamplingParams(temperature=temperature)
     except ValueError as error:
         fail(f"TEMPERATURE = {temperature!r} 不能用来采样：{error}")
-    rates = {"clean_rate": clean_rate, "wrong_rate": wrong_rate}
-    for name, value in rates.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or math.isnan(value):
-            fail(f"{name} 应是一个数（错误的比例），你给的是 {value!r}。")
+    records = {"clean_judged": _as_judged(clean_judged, "clean_judged"),
+               "wrong_judged": _as_judged(wrong_judged, "wrong_judged")}
+    inputs = _snowball_inputs()
+    clean, wrong = records["clean_judged"], records["wrong_judged"]
+    if clean is wrong or [j.tail for j in clean] == [j.tail for j in wrong]:
+        fail("clean_judged 和 wrong_judged 是同一份续写：对照要用 forced=None（什么也不强制），"
+             "错字要用 forced=inputs.wrong，分别调用 continue_and_judge。")
+    if [j.tail[:1] for j in wrong] != [(w,) for w in inputs.wrong]:
+        if [j.tail[:1] for j in clean] == [(w,) for w in inputs.wrong]:
+            fail("两组记录放反了：clean_judged 里强制了错字，wrong_judged 里没有。检查调用的参数顺序是 (TEMPERATURE, 对照, 错字)。")
+        fail("wrong_judged 里强制的字不是 inputs.wrong：续写要从 inputs.prefixes 接着写，forced=inputs.wrong，"
+             "两者都来自 forced_inputs(..., n=100, seed=DOCUMENT_SEED)。")
+    counts = {name: _counts_of(value) for name, value in records.items()}
+    if later_error_rate is not None:
+        for name, value in records.items():
+            mine = call_student(later_error_rate, value, what=f"你的 {name}")
+            if isinstance(mine, bool) or not isinstance(mine, (int, float, np.floating)) or math.isnan(mine):
+                fail(f"later_error_rate({name}) 应返回一个数（错误的比例），你的函数返回了 {mine!r}。")
+            hint = _snowball_mistake(float(mine), counts[name])
+            if hint:
+                fail(f"later_error_rate({name}) = {float(mine):g}：{hint}")
+            if not math.isclose(float(mine), _pooled(counts[name]), rel_tol=1e-9, abs_tol=1e-12):
+                fail(f"later_error_rate({name}) = {float(mine):g}，可从同一份记录数出来的比例不是这个数。"
+                     "比例 = 所有文档的 \"error\" 之和 / 所有文档的 \"ok\" 与 \"error\" 之和（\"skip\" 不算）。")
     reference = _snowball_reference(float(temperature))
     expected = {}
-    for (name, value), condition in zip(rates.items(), ("clean", "wrong")):
-        hint = _snowball_mistake(value, reference[condition])
-        if hint:
-            fail(f"{name} = {value:g}：{hint}")
-        if not 0 <= value <= 1:
-            fail(f"{name} 是一个比例，应在 0 到 1 之间，你给的是 {value:g}"
-                 + ("：像是百分数，请除以 100。" if 1 < value <= 100 else "。"))
+    for (name, condition) in (("clean_judged", "clean"), ("wrong_judged", "wrong")):
+        value = _pooled(counts[name])
         rate, error = _rate_and_error(reference[condition])
         tolerance = max(_MIN_TOLERANCE, 3 * error)
         expected[name] = (rate, tolerance)
         if abs(value - rate) <= tolerance:
             continue
         if temperature != 1 and abs(value - _rate_and_error(_snowball_reference(1.0)[condition])[0]) <= tolerance / 3:
-            fail(f"{name} = {value:.4f} 正好像 T = 1 时的结果：TEMPERATURE 传进 continue_and_judge 了吗？")
-        fail(f"{name} = {value:.4f}，库在 T = {temperature:g} 的同样 {SNOWBALL_DOCUMENTS} 篇文档上量到 {rate:.4f}"
-             f"（允许 ±{tolerance:.4f}）。检查：前缀和错字来自 forced_inputs(..., n={SNOWBALL_DOCUMENTS}, "
-             f"seed=DOCUMENT_SEED)；续写 max_tokens={SNOWBALL_TOKENS}；比例 = 所有 error 之和 / 所有 ok 与 error 之和。")
+            fail(f"从你的 {name} 数出的错误率 {value:.4f} 正好像 T = 1 时的结果：TEMPERATURE 传进 continue_and_judge 了吗？")
+        direction = "偏低" if value < rate else "偏高"
+        fail(f"从你的 {name} 数出的错误率是 {value:.4f}，比 T = {temperature:g} 时应有的{direction}，超出了抽样误差。"
+             f"检查：temperature 是不是 {temperature:g}；续写 max_tokens={SNOWBALL_TOKENS}；"
+             f"前缀和错字来自 forced_inputs(..., n={SNOWBALL_DOCUMENTS}, seed=DOCUMENT_SEED)。")
+    clean_rate, wrong_rate = _pooled(counts["clean_judged"]), _pooled(counts["wrong_judged"])
     resample = np.random.default_rng(1).integers(0, SNOWBALL_DOCUMENTS, size=(1000, SNOWBALL_DOCUMENTS))
     rate = lambda c: c["error"][resample].sum(1) / (c["error"] + c["ok"])[resample].sum(1)  # noqa: E731
     low, high = 100 * np.quantile(rate(reference["wrong"]) - rate(reference["clean"]), [0.025, 0.975])
     verdict = ("区间包含 0：在这个 temperature 下，看不出错字让之后的错误变多" if low <= 0 <= high else
                "区间在 0 以上：错字之后的错误更多了" if low > 0 else "区间在 0 以下：错字之后的错误反而更少")
-    (clean_ref, clean_tol), (wrong_ref, wrong_tol) = expected["clean_rate"], expected["wrong_rate"]
-    passed(f"T = {temperature:g}：你量到对照 {clean_rate:.2%}、错字之后 {wrong_rate:.2%}，在库的测量范围内"
+    (clean_ref, clean_tol), (wrong_ref, wrong_tol) = expected["clean_judged"], expected["wrong_judged"]
+    passed(f"T = {temperature:g}：从你的记录数出对照 {clean_rate:.2%}、错字之后 {wrong_rate:.2%}，在库的测量范围内"
            f"（{clean_ref:.2%} ± {100 * clean_tol:.2f} 和 {wrong_ref:.2%} ± {100 * wrong_tol:.2f} 个百分点）。"
            f"库的 100 篇文档上，错字 − 对照的 95% 区间是 [{low:+.2f}, {high:+.2f}] 个百分点；{verdict}。")

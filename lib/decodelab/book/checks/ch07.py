@@ -53,7 +53,7 @@ def check_slot_mapping(fn: Callable[[list[int], int, int, int], list[int]]) -> N
         capacity = len(block_ids) * block_size
         if start + num_tokens < capacity and result == _slots(block_ids, block_size, start + 1, num_tokens):
             fail(f"输入 {what} 时位置错了一位：第一个新 token 的位置就是 start，不是 start + 1。")
-        fail(f"输入 {what} 时应得到 {expected}，你的结果是 {result}。"
+        fail(f"输入 {what} 时槽位不对，你的结果是 {result}。"
              "slot = block_ids[i // block_size] × block_size + i % block_size，i 取 start … start + num_tokens − 1。")
     passed("slot mapping 正确：查块表得到物理块，乘以 block_size 再加块内偏移，decode 时从 start 开始。")
 
@@ -83,7 +83,7 @@ def check_release(fn: Callable[[list[int], list[int], list[int]], None]) -> None
              "每个块都要先减 1，再看是不是变成了 0；只处理引用计数为 1 的块，共享块的计数就永远减不到 0，"
              "B 结束后它们也回不到 free 队列——块泄漏了。")
     if free_queue != [4, 5, 2]:
-        fail(f"free 队列应是 [4, 5, 2]（新释放的块排在队尾，原有的顺序不变），现在是 {free_queue}。")
+        fail(f"free 队列的顺序不对，现在是 {free_queue}：新释放的块要排在队尾（append），原有的块保持原来的顺序。")
     call_student(fn, ref_counts, free_queue, list(b_blocks), what="随后序列 B 的块 [0, 1, 3]")
     if ref_counts != [0] * 6:
         fail(f"A 和 B 都释放之后，所有引用计数都应为 0，现在是 {ref_counts}：有块泄漏了——它们再也回不到 free 队列，"
@@ -150,7 +150,7 @@ def check_online_softmax(fn: Callable) -> None:
         m, l, out = _run_blocks(fn, blocks, what)
         if close(out, expected):
             if m != float(scores.max()):
-                fail(f"输入 {what} 时输出对了，但最后的 m = {m}，不是全部分数的最大值 {float(scores.max())}。"
+                fail(f"输入 {what} 时输出对了，但最后的 m = {m}，不是全部分数的最大值。"
                      "m 应是到目前为止见过的最大分数：m' = max(m, max_j s_j)。")
             continue
         variants = {key: _run_blocks(functools.partial(_online_step, **flags), blocks, what)[2]
@@ -170,7 +170,7 @@ def check_online_softmax(fn: Callable) -> None:
             fail(f"输入 {what} 时结果不对：旧的加权和 acc 没有乘 exp(m − m')，指数和 l 乘了。两者必须用同一个系数缩放。")
         if close(out, variants["sum"]):
             fail(f"输入 {what} 时结果不对：旧的指数和 l 没有乘 exp(m − m')，加权和 acc 乘了。两者必须用同一个系数缩放。")
-        fail(f"输入 {what} 时 acc / l 应为 {[round(x, 4) for x in expected.tolist()]}，你的结果是 "
+        fail(f"输入 {what} 时 acc / l 不对，你的结果是 "
              f"{[round(x, 4) for x in out.tolist()]}。按顺序：m' = max(m, max s_j)；w_j = exp(s_j − m')；"
              "acc' = acc · exp(m − m') + Σ w_j v_j；l' = l · exp(m − m') + Σ w_j。")
     passed("online softmax 正确：每读一块就用 exp(m − m') 缩放旧状态，再加上这一块，读完后 acc / l 等于完整的 softmax 加权。")

@@ -12,6 +12,7 @@ import torch
 
 from decodelab.book.checks import call_student, fail, passed
 
+SPECULATIVE_FORBIDDEN = ("decodelab.decoding.speculative.verify",)  # the library's own accept/resample step
 _GRID = [(j + 0.5) / 1000 for j in range(1000)]  # uniform draws u, evenly spread: the acceptance probability
 
 
@@ -28,7 +29,7 @@ def _fmt(t: torch.Tensor) -> str:
 
 def _check_residual(residual: Callable, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     what = f"p={_fmt(p)}, q={_fmt(q)}"
-    result = call_student(residual, p, q, what=what)
+    result = call_student(residual, p, q, what=what, forbidden=SPECULATIVE_FORBIDDEN)
     try:
         result = torch.as_tensor(result, dtype=torch.float64).flatten()
     except (TypeError, ValueError, RuntimeError):
@@ -50,14 +51,14 @@ def _check_residual(residual: Callable, p: torch.Tensor, q: torch.Tensor) -> tor
     flipped = (q - p).clamp_min(0)
     if torch.allclose(result, flipped / flipped.sum(), atol=1e-6):
         fail(f"residual({what}) 的方向反了：你算的是 max(0, q − p)。要补的是目标模型 p 比 draft 多出来的概率，即 max(0, p − q)。")
-    fail(f"residual({what}) 应为 {_fmt(expected)}，你的结果是 {_fmt(result)}。公式：max(0, p − q) / Σ max(0, p − q)。")
+    fail(f"residual({what}) 不对，你的结果是 {_fmt(result)}。公式：max(0, p − q) / Σ max(0, p − q)。")
 
 
 def _acceptance(accepts: Callable, p_x: float, q_x: float) -> float:
     what = f"p(x)={p_x:.3f}, q(x)={q_x:.3f}"
     hits = 0
     for u in _GRID:
-        result = call_student(accepts, p_x, q_x, u, what=f"{what}, u={u:.4f}")
+        result = call_student(accepts, p_x, q_x, u, what=f"{what}, u={u:.4f}", forbidden=SPECULATIVE_FORBIDDEN)
         if not isinstance(result, (bool, int)) and not (isinstance(result, torch.Tensor) and result.numel() == 1):
             fail(f"accepts({what}, u) 应返回 True 或 False，实际返回了 {result!r}。")
         hits += bool(result)
@@ -79,12 +80,12 @@ def check_speculative_step(accepts: Callable[[float, float, float], bool],
             if abs(rate - right) > 2e-3:
                 what = f"p(x)={float(p[x]):.3f}, q(x)={float(q[x]):.3f}"
                 if rate == 1.0:
-                    fail(f"accepts({what}) 总是接受，但 p(x) < q(x) 时只能以 p(x)/q(x) = {right:.3f} 的概率接受，"
+                    fail(f"accepts({what}) 总是接受，但 p(x) < q(x) 时只能以 p(x)/q(x) 的概率接受，"
                          "否则 draft 偏爱的 token 会出现得太多。")
                 if p[x] > 0 and abs(rate - min(1.0, float(q[x] / p[x]))) <= 2e-3:
                     fail(f"accepts({what}) 的接受概率是 {rate:.3f}，正好是 q/p：比值写反了。接受概率是 min(1, p(x)/q(x))："
                          "目标模型比 draft 更看好的 token 一定接受。")
-                fail(f"accepts({what}) 的接受概率是 {rate:.3f}（对 u 的 1000 个均匀取值），应为 min(1, p/q) = {right:.3f}。"
+                fail(f"accepts({what}) 的接受概率是 {rate:.3f}（对 u 的 1000 个均匀取值），应为 min(1, p(x)/q(x))。"
                      "提示：u < p(x)/q(x) 时接受。")
             rates[x] = rate
         out = q * rates + (1 - float((q * rates).sum())) * r  # [V]: the token this position puts out

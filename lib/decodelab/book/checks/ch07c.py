@@ -51,14 +51,14 @@ def _check_ttft(ttft: float, sent: float, times: list[float], what: str) -> None
     if _close(ttft, right):
         return
     if _close(ttft, times[0]):
-        fail(f"输入 {what} 时 TTFT 应为 {right:.4g} 秒，你返回了 {ttft:.4g}，正好是 token_times[0]：你从时刻 0 量起了。"
+        fail(f"输入 {what} 时 TTFT 你返回了 {ttft:.4g}，正好是 token_times[0]：你从时刻 0 量起了。"
              "token_times 里是时钟的读数，不是时长；TTFT 要从请求发出的时刻 sent 量起：token_times[0] − sent。")
     if _close(ttft, -right):
         fail(f"输入 {what} 时 TTFT 是 {ttft:.4g} 秒，符号不对：减反了。TTFT = token_times[0] − sent（后到的减先到的）。")
     if _close(ttft, times[-1] - sent):
-        fail(f"输入 {what} 时 TTFT 应为 {right:.4g} 秒，你返回的 {ttft:.4g} 是整个请求的总延迟（最后一个 token − sent）。"
+        fail(f"输入 {what} 时 TTFT 你返回的 {ttft:.4g} 是整个请求的总延迟（最后一个 token − sent）。"
              "TTFT 只算到第一个 token：用户等多久才看到第一个字。")
-    fail(f"输入 {what} 时 TTFT 应为 {right:.4g} 秒，你的结果是 {ttft:.4g}。公式：TTFT = token_times[0] − sent。")
+    fail(f"输入 {what} 时 TTFT 不对，你的结果是 {ttft:.4g}。公式：TTFT = token_times[0] − sent。")
 
 
 def _check_single_token_tpot(tpot: object, what: str) -> None:
@@ -85,24 +85,24 @@ def _check_tpot(tpot: object, sent: float, times: list[float], what: str) -> Non
     if _close(tpot, right):
         return
     if _close(tpot, (last - first) / n):
-        fail(f"输入 {what} 时 TPOT 应为 {right:.4g} 秒，你返回了 {tpot:.4g}：你除以了 n = {n}。"
+        fail(f"输入 {what} 时 TPOT 你返回了 {tpot:.4g}：你除以了 n = {n}。"
              f"第一个 token 之后只有 n − 1 = {n - 1} 个间隔：TPOT = (token_times[-1] − token_times[0]) / (n − 1)。")
     if _close(tpot, (last - sent) / n):
-        fail(f"输入 {what} 时 TPOT 应为 {right:.4g} 秒，你返回了 {tpot:.4g} = (最后一个 token − sent) / n。"
+        fail(f"输入 {what} 时 TPOT 你返回了 {tpot:.4g} = (最后一个 token − sent) / n。"
              "这是另一个指标 normalized latency（端到端时间 / 输出 token 数，vLLM 论文图 12 用的就是它），"
              "也等于把第一个 token 之前的等待也算作一个间隔后 n 个间隔的平均。它把排队和 prefill 摊进了每个 token，排队越久差得越多；"
              "TPOT 只看第一个 token 之后的节奏：(token_times[-1] − token_times[0]) / (n − 1)。")
     if _close(tpot, (last - sent) / (n - 1)):
-        fail(f"输入 {what} 时 TPOT 应为 {right:.4g} 秒，你返回了 {tpot:.4g} = (最后一个 token − sent) / (n − 1)："
+        fail(f"输入 {what} 时 TPOT 你返回了 {tpot:.4g} = (最后一个 token − sent) / (n − 1)："
              "你把 TTFT 也算进了 TPOT。分子应是总延迟减去 TTFT，即 token_times[-1] − token_times[0]。"
              "排队和 prefill 已经记在 TTFT 里了，TPOT 只量 decode 的节奏。")
     if _close(tpot, last - first):
-        fail(f"输入 {what} 时 TPOT 应为 {right:.4g} 秒，你返回了 {tpot:.4g}：这是第一个 token 之后的总时间，"
+        fail(f"输入 {what} 时 TPOT 你返回了 {tpot:.4g}：这是第一个 token 之后的总时间，"
              f"还没有除以间隔数 n − 1 = {n - 1}。")
     if n > 2 and _close(tpot, times[1] - first):
-        fail(f"输入 {what} 时 TPOT 应为 {right:.4g} 秒，你返回了 {tpot:.4g}：你只用了第一个间隔 token_times[1] − token_times[0]。"
+        fail(f"输入 {what} 时 TPOT 你返回了 {tpot:.4g}：你只用了第一个间隔 token_times[1] − token_times[0]。"
              "间隔有长有短，TPOT 是第一个 token 之后所有间隔的平均。")
-    fail(f"输入 {what} 时 TPOT 应为 {right:.4g} 秒，你的结果是 {tpot:.4g}。"
+    fail(f"输入 {what} 时 TPOT 不对，你的结果是 {tpot:.4g}。"
          "公式：TPOT = (token_times[-1] − token_times[0]) / (len(token_times) − 1)。")
 
 
@@ -124,8 +124,7 @@ def check_latency_metrics(latency_metrics: Callable[[float, list[float]], tuple[
         if len(times) > 1 and _is_number(tpot) and not _close(ttft, right_ttft):
             right_tpot = (times[-1] - times[0]) / (len(times) - 1)
             if _close(ttft, right_tpot) and _close(tpot, right_ttft):
-                fail(f"输入 {what} 时你返回了 ({ttft:.4g}, {tpot:.4g})：两个值的顺序反了。应返回 (TTFT, TPOT)，"
-                     f"即 ({right_ttft:.4g}, {right_tpot:.4g})。")
+                fail(f"输入 {what} 时你返回了 ({ttft:.4g}, {tpot:.4g})：两个值的顺序反了。应返回 (TTFT, TPOT)。")
         _check_ttft(ttft, sent, times, what)
         if len(times) == 1:
             _check_single_token_tpot(tpot, what)

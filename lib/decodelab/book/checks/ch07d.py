@@ -54,7 +54,7 @@ def _check_one(step: Callable, probs: torch.Tensor, allowed: torch.Tensor) -> to
              "去掉不允许的 token 之后，还要除以剩下的概率之和（重新归一化）。")
     if abs(float(result.sum()) - 1.0) > 1e-6:
         fail(f"mask_and_renormalize({what}) = {_fmt(result)}，加起来是 {float(result.sum()):.3f}，不是 1。")
-    fail(f"mask_and_renormalize({what}) 应为 {_fmt(expected)}，你的结果是 {_fmt(result)}：允许的 token 之间的比例要和 probs "
+    fail(f"mask_and_renormalize({what}) 不对，你的结果是 {_fmt(result)}：允许的 token 之间的比例要和 probs "
          "里一样（例如 0.5 与 0.2 仍是 5:2）。如果你用了 softmax：probs 已经是概率，不是 logits。")
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from decodelab.book.checks import CheckFailed, call_student, fail, passed
 
 _SMALL = [(5, 2, 1), (5, 2, 2), (10, 3, 4), (16, 4, 4), (8, 1, 3), (3, 0, 2), (6, 6, 6), (4, 3, 2), (7, 2, 7)]
+PASS_AT_K_FORBIDDEN = ("decodelab.measure.best_of_n.pass_at_k",)  # the library's own estimator
 _LARGE = [(2000, 30, 100), (10000, 5, 1000)]  # C(2000, 100) ~ 1e185: its factorials, as floats, overflow
 
 
@@ -42,7 +43,7 @@ def _call(pass_at_k: Callable, n: int, c: int, k: int, what: str):
             return pass_at_k(*args), None
         except (OverflowError, ValueError) as error:
             return None, error
-    return call_student(guarded, n, c, k, what=what)
+    return call_student(guarded, n, c, k, what=what, forbidden=PASS_AT_K_FORBIDDEN)
 
 
 def _check_value(pass_at_k: Callable, n: int, c: int, k: int, expected: float) -> None:
@@ -63,13 +64,13 @@ def _check_value(pass_at_k: Callable, n: int, c: int, k: int, expected: float) -
     if abs(value - expected) <= 1e-9 * max(1.0, abs(expected)):
         return
     if abs(value - _plug_in(n, c, k)) <= 1e-9:
-        fail(f"pass_at_k({what}) = {value:.6f}，这是 plug-in 估计 1 − (1 − c/n)^k，应为 {expected:.6f}。"
+        fail(f"pass_at_k({what}) = {value:.6f}，这是 plug-in 估计 1 − (1 − c/n)^k。"
              "它把 n 个样本当成可以放回地抽 k 次；而 pass@k 问的是不放回地取 k 个，至少一个对的概率："
              "1 − C(n−c, k)/C(n, k)。plug-in 的期望比真值低（有偏）。")
     if abs(value - (1.0 - expected)) <= 1e-9:
         fail(f"pass_at_k({what}) = {value:.6f}，正好是 1 − 正确答案：C(n−c, k)/C(n, k) 是 k 个全错的概率，"
              "pass@k 是 1 减去它。")
-    fail(f"pass_at_k({what}) 应为 {expected:.6f}，你的结果是 {value:.6f}。pass@k = 1 − C(n−c, k)/C(n, k)："
+    fail(f"pass_at_k({what}) 不对，你的结果是 {value:.6f}。pass@k = 1 − C(n−c, k)/C(n, k)："
          "从 n 个样本里不放回地取 k 个，至少一个是对的概率。")
 
 
