@@ -264,10 +264,10 @@ DECK_TOGGLE = "deck:toggle"  # jupyterlab-deck's command; its button sits in the
 DECK_PRESENTING = "body[data-jp-deck-mode='presenting']"
 
 
-def start_deck(page, timeout_ms: int = 30_000) -> None:
-    """Select the first cell (the deck opens on the slide holding the active cell), then press the toolbar's deck
-    button and wait until the page is presenting."""
-    cells(page).first.locator(".jp-InputPrompt").click()
+def start_deck(page, timeout_ms: int = 30_000, cell_index: int = 0) -> None:
+    """Select the cell `cell_index`, the first by default (the deck opens on the slide holding the active cell), then
+    press the toolbar's deck button and wait until the page is presenting."""
+    cells(page).nth(cell_index).locator(".jp-InputPrompt").click()
     page.keyboard.press("Escape")  # command mode: the deck's arrow keys need it
     page.locator(f'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Toolbar [data-command="{DECK_TOGGLE}"]').click()
     page.locator(DECK_PRESENTING).wait_for(state="attached", timeout=timeout_ms)  # <body> counts as hidden here
