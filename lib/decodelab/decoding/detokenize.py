@@ -33,20 +33,44 @@ from collections.abc import Sequence
 REPLACEMENT_CHAR = "\ufffd"
 
 
-def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
-    """`text` cut before the earliest occurrence of any stop string, and whether one occurred."""
-    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return (text[:min(hits)], True) if hits else (text, False)
+def truncate_at_stop(text: str, stop: Sequence[str], include_stop: bool = False,
+                     after: int = 0) -> tuple[str, bool]:
+    """`text` cut before the earliest occurrence of any stop string (after it when `include_stop`, vLLM's
+    `include_stop_str_in_output`), and whether one occurred. Only occurrences that end past character `after` count
+    (a stop string completed before `min_tokens` does not stop a sample).
+
+    >>> truncate_at_stop("甲。乙。丙", ("。",), include_stop=True), truncate_at_stop("甲。乙。丙", ("。",), after=2)
+    (('甲。', True), ('甲。乙', True))
+    """
+    hit = first_stop(text, stop, after)
+    if hit is None:
+        return text, False
+    return text[:hit[1] if include_stop else hit[0]], True
+
+
+def first_stop(text: str, stop: Sequence[str], after: int = 0) -> tuple[int, int] | None:
+    """(start, end) of the earliest stop string in `text` that ends past character `after` (the first listed wins a
+    tie), or None."""
+    best = None
+    for s in stop:
+        start = text.find(s, max(0, after - len(s) + 1))
+        if start >= 0 and (best is None or start < best[0]):
+            best = (start, start + len(s))
+    return best
 
 
 class IncrementalDetokenizer:
     """The text of one sample, decoded token by token, cut before its first stop string.
 
     tokenizer: anything with `decode(ids, skip_special_tokens=...)` (a transformers tokenizer).
-    stop: the stop strings; `stopped` turns True at the token that completes one, and `text` ends before it.
+    stop: the stop strings; `stopped` turns True at the token that completes one, and `text` ends before it (after
+    it with `include_stop`, vLLM's `include_stop_str_in_output`; nothing is held back from a stream then).
+    min_tokens: a stop string completed by one of the first `min_tokens - 1` tokens does not count (vLLM matches no
+    stop string until the output holds `min_tokens` tokens).
     """
 
-    def __init__(self, tokenizer, stop: Sequence[str] = (), skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer, stop: Sequence[str] = (), skip_special_tokens: bool = True,
+                 include_stop: bool = False, min_tokens: int = 0) -> None:
         if not callable(getattr(tokenizer, "decode", None)):
             raise TypeError(f"tokenizer must have a decode method (a transformers tokenizer), "
                             f"got {type(tokenizer).__name__}")
@@ -54,12 +78,19 @@ class IncrementalDetokenizer:
             raise ValueError(f"stop must be a sequence of non-empty strings, got {stop!r}")
         if not isinstance(skip_special_tokens, bool):
             raise TypeError(f"skip_special_tokens must be True or False, got {skip_special_tokens!r}")
+        if not isinstance(include_stop, bool):
+            raise TypeError(f"include_stop must be True or False, got {include_stop!r}")
+        if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0:
+            raise ValueError(f"min_tokens must be an int >= 0, got {min_tokens!r}")
+        self.include_stop = include_stop
+        self.min_tokens = min_tokens
         self.tokenizer = tokenizer
         self.stop = tuple(stop)
         self.skip_special_tokens = skip_special_tokens
         self.token_ids: list[int] = []
         self.stopped = False
-        self._longest_stop = max((len(s) for s in self.stop), default=0)
+        # characters a stream holds back: the start of a stop string that may yet complete (none when it is kept)
+        self._held = 0 if include_stop else max(max((len(s) for s in self.stop), default=0) - 1, 0)
         self._decoded = ""            # the text of token_ids[:_read_offset], whole (never ends in half a character)
         self._prefix_offset = 0       # the window a new token is decoded in starts here ...
         self._read_offset = 0         # ... and the text of the tokens before this one is already in _decoded
@@ -76,12 +107,13 @@ class IncrementalDetokenizer:
 
     def _append(self, piece: str) -> None:
         """Add whole text to the sample; search for a stop string where `piece` could have completed one."""
-        searched_from = max(0, len(self._decoded) - self._longest_stop + 1)
+        before = len(self._decoded)
         self._decoded += piece
-        if self.stop and not self.stopped:
-            cut, self.stopped = truncate_at_stop(self._decoded[searched_from:], self.stop)
-            if self.stopped:
-                self._cut = searched_from + len(cut)
+        if self.stop and not self.stopped and len(self.token_ids) >= self.min_tokens:
+            hit = first_stop(self._decoded, self.stop, before)    # only a stop string `piece` completes
+            if hit is not None:
+                self.stopped = True
+                self._cut = hit[1] if self.include_stop else hit[0]
 
     def _window_text(self) -> tuple[str, str]:
         """The decoded window before and after the newest tokens (the window starts where the text was whole)."""
@@ -97,7 +129,7 @@ class IncrementalDetokenizer:
         if len(after) > len(before) and not after.endswith(REPLACEMENT_CHAR):
             self._append(after[len(before):])
             self._prefix_offset, self._read_offset = self._read_offset, len(self.token_ids)
-        final = len(self.text) if self.stopped else len(self._decoded) - max(self._longest_stop - 1, 0)
+        final = len(self.text) if self.stopped else len(self._decoded) - self._held
         piece = self.text[self._sent:max(final, self._sent)]
         self._sent += len(piece)
         return piece
@@ -111,3 +143,10 @@ class IncrementalDetokenizer:
         piece = self.text[self._sent:]
         self._sent += len(piece)
         return piece
+
+
+def sample_detokenizer(tokenizer, params) -> IncrementalDetokenizer:
+    """The `IncrementalDetokenizer` of one sample of a request with `params` (a SamplingParams): its stop strings,
+    `include_stop_str_in_output` and `min_tokens`."""
+    return IncrementalDetokenizer(tokenizer, params.stop, include_stop=params.include_stop_str_in_output,
+                                  min_tokens=params.min_tokens)

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import torch
 
 from decodelab.sampling.sampler import SamplingBatch, SamplingParams, make_generator, sample
-from decodelab.decoding.detokenize import IncrementalDetokenizer
+from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.grammar.base import mask_logits
 from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
-                                prompt_token_ids, text_decoder)
-from decodelab.validation import as_int_list, check_model
+                                prompt_token_ids, text_decoder, with_bad_word_ids)
+from decodelab.validation import ParamError, as_int_list, check_model
 
 
 @dataclass(frozen=True)
@@ -101,14 +101,19 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     if isinstance(params, (str, bytes)) or not isinstance(params, Sequence) or len(params) != len(ids):
         raise ValueError(f"params must be a SamplingParams or one per prompt ({len(ids)}), got {params!r}")
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    params = list(params)
     for i, p in enumerate(params):
         if not isinstance(p, SamplingParams):
             raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")
+        if p.prompt_logprobs is not None:
+            raise ParamError("prompt_logprobs", f"params[{i}].prompt_logprobs: generate reports no log-probabilities; "
+                                                f"use Engine (or the server's echo / prompt_logprobs)")
+        params[i] = p = with_bad_word_ids(p, tokenizer, f"params[{i}]")
         if vocab_size is not None:
             check_vocabulary_ids(p, vocab_size, f"params[{i}]")
     if not isinstance(stream, bool):
         raise ValueError(f"stream must be a bool, got {stream!r}")
-    events = _run(model, tokenizer, ids, list(params), stream_text=stream)
+    events = _run(model, tokenizer, ids, params, stream_text=stream)
     if stream:
         return events
     tokens: list[list[int]] = [[] for _ in ids]
@@ -139,10 +144,12 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     prompt_history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L]
                       if any(p.has_penalties for p in params) else None)
     output_history = torch.empty(batch, 0, dtype=torch.long, device=device)  # [B, t]
+    # min_tokens and bad words of several tokens read the output too (decodelab.sampling.constraints)
+    with_history = prompt_history is not None or sampling_batch.needs_output_tokens
     context = model_context(model)  # as the engine does, a sequence stops ("length") when it fills the context
     generated: list[list[int]] = [[] for _ in ids]
     # each row's text as it grows (stop strings, and what a stream may send: never text a stop string takes back)
-    texts = None if tokenizer is None else [IncrementalDetokenizer(tokenizer, p.stop) for p in params]
+    texts = None if tokenizer is None else [sample_detokenizer(tokenizer, p) for p in params]
     running = [True] * batch
 
     grammars = [None if p.grammar is None else p.grammar.start() for p in params]  # one state per row, or None
@@ -150,10 +157,11 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     logits, cache = model_step(model, input_ids, None, mask, positions)  # prefill
     while True:
         last = mask_logits(logits[:, -1, :], [g if running[i] else None for i, g in enumerate(grammars)])  # [B, V]
-        if prompt_history is None:
-            sampled = sample(last, sampling_batch, generators)  # [B]
+        if not with_history:
+            sampled = sample(last, sampling_batch, generators, eos_token_ids=eos)  # [B]
         else:
-            sampled = sample(last, sampling_batch, generators, output_history, prompt_tokens=prompt_history)
+            sampled = sample(last, sampling_batch, generators, output_history, prompt_tokens=prompt_history,
+                             eos_token_ids=eos)
             output_history = torch.cat([output_history, sampled.unsqueeze(1)], dim=1)
         next_tokens = sampled.tolist()
         for i in range(batch):

@@ -12,6 +12,7 @@ Taught in: chapters/07c-serving.ipynb
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 from decodelab.decoding.detokenize import IncrementalDetokenizer, truncate_at_stop
@@ -23,10 +24,12 @@ from decodelab.validation import ParamError, as_int_list
 @dataclass(frozen=True)
 class TokenLogprob:
     """A sampled token's log-probability under the model (raw logits, before temperature or truncation, as vLLM
-    reports them by default) and the `params.logprobs` most likely tokens with theirs, most likely first."""
+    reports them by default) and the `params.logprobs` most likely tokens with theirs, most likely first. `rank` is
+    the token's rank under the model (1 for the most likely), where the engine computed it (prompt logprobs)."""
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...]
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Completion:
     finish_reason: str
     samples: tuple[Completion, ...] = ()
     logprobs: tuple[TokenLogprob, ...] | None = None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None   # per prompt token (None for the first), when
+                                                                     # the request asked (`params.prompt_logprobs`)
 
 
 def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
@@ -56,13 +61,36 @@ def check_prompt_fits(prompt_len: int, context: int | None, name: str) -> None:
 
 
 def check_vocabulary_ids(params: SamplingParams, vocab_size: int, name: str) -> None:
-    """The token ids a request names besides its prompt (`stop_token_ids`, `logit_bias`) must be in the vocabulary:
-    refused when the request is made (ParamError naming the field), not in the middle of a batch."""
+    """The token ids a request names besides its prompt (`stop_token_ids`, `logit_bias`, `allowed_token_ids`,
+    `bad_word_ids`) must be in the vocabulary: refused when the request is made (ParamError naming the field), not in
+    the middle of a batch."""
     for field, ids in (("stop_token_ids", list(params.stop_token_ids)),
-                       ("logit_bias", [token for token, _ in params.logit_bias])):
+                       ("logit_bias", [token for token, _ in params.logit_bias]),
+                       ("allowed_token_ids", list(params.allowed_token_ids or ())),
+                       ("bad_word_ids", [t for word in params.bad_word_ids for t in word])):
         outside = [t for t in ids if t >= vocab_size]
         if outside:
             raise ParamError(field, f"{field} for {name} must be < the vocabulary size {vocab_size}, got {outside}")
+
+
+def with_bad_word_ids(params: SamplingParams, tokenizer, name: str) -> SamplingParams:
+    """`params` with its `bad_words` (strings) added to `bad_word_ids` as the token ids `tokenizer` gives them (no
+    special tokens; vLLM also tries a leading space, which these tokenizers do not use). A bad word needs a tokenizer
+    and characters it knows (ParamError naming `bad_words`)."""
+    if not params.bad_words:
+        return params
+    if tokenizer is None:
+        raise ParamError("bad_words", f"bad_words for {name} are text: give a tokenizer, or use bad_word_ids")
+    words = []
+    unk = getattr(tokenizer, "unk_token_id", None)
+    for word in params.bad_words:
+        ids = tuple(tokenizer(word, add_special_tokens=False)["input_ids"])
+        if not ids or (unk is not None and unk in ids and tokenizer.unk_token not in word):
+            raise ParamError("bad_words", f"bad_words for {name}: {word!r} has characters outside the tokenizer's "
+                                          f"vocabulary (it could never be generated)")
+        words.append(ids)
+    words = tuple(w for w in dict.fromkeys((*params.bad_word_ids, *words)))
+    return dataclasses.replace(params, bad_words=(), bad_word_ids=words)
 
 
 def prompt_token_ids(prompt, tokenizer, name: str, vocab_size: int | None = None,
@@ -104,7 +132,10 @@ def finish_reason(params: SamplingParams, token: int, output_ids: Sequence[int],
     """Why a sample ends with `token` (the last of `output_ids`; prompt + output is `num_tokens` long), or None:
     "stop" for EOS (unless `ignore_eos`), a stop token, or a stop string in the output text (`text`: the sample's
     IncrementalDetokenizer, already pushed `token`; stop strings need one); "length" for `max_tokens` or a full
-    context."""
+    context. Before the output holds `min_tokens` tokens only "length" can end it (the sampler masks EOS and the stop
+    tokens until then, and `text` matches no stop string)."""
+    if len(output_ids) < params.min_tokens:
+        return "length" if context is not None and num_tokens >= context else None
     if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
         return "stop"
     if params.stop and text is not None and text.stopped:
@@ -122,8 +153,13 @@ def text_decoder(tokenizer) -> Callable[[list[int]], str] | None:
 
 
 def output_text(token_ids: list[int], params: SamplingParams, decode: Callable[[list[int]], str] | None) -> str | None:
-    """The text of an output: decoded with special tokens skipped, and cut before the first stop string."""
+    """The text of an output: decoded with special tokens skipped, and cut before the first stop string (after it
+    with `include_stop_str_in_output`); with `min_tokens`, a stop string that ends within the text of the first
+    `min_tokens - 1` tokens does not count, as in `IncrementalDetokenizer`."""
     if decode is None:
         return None
     text = decode(token_ids)
-    return truncate_at_stop(text, params.stop)[0] if params.stop else text
+    if not params.stop:
+        return text
+    after = len(decode(token_ids[:params.min_tokens - 1])) if params.min_tokens > 1 else 0
+    return truncate_at_stop(text, params.stop, params.include_stop_str_in_output, after)[0]

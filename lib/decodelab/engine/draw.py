@@ -16,6 +16,8 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
 from decodelab.decoding.request import TokenLogprob
@@ -29,8 +31,9 @@ from decodelab.sampling.truncation import take_rows
 class TokenDrawer:
     """Samples a plan's tokens on `device`, keeping the rows' `SamplingBatch` while the same sequences draw."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, eos_token_ids: Collection[int] = ()) -> None:
         self.device = device
+        self.eos_token_ids = frozenset(eos_token_ids)          # masked with stop_token_ids until min_tokens
         self._sampling_key: tuple[int, ...] | None = None   # the sequences the cached SamplingBatch was built for
         self._sampling: SamplingBatch | None = None
 
@@ -46,11 +49,13 @@ class TokenDrawer:
     def sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
         batch = self._sampling_batch(seqs)
         generators = [s.generator for s in seqs]
-        if not batch.has_penalties:
-            return sample(logits, batch, generators).tolist()
-        # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s
+        if not batch.needs_output_tokens:
+            return sample(logits, batch, generators, eos_token_ids=self.eos_token_ids).tolist()
+        # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s; min_tokens and
+        # bad words read the output too (decodelab.sampling.constraints)
         return sample(logits, batch, generators, [s.output_token_ids for s in seqs],
-                      prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs]).tolist()
+                      prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs],
+                      eos_token_ids=self.eos_token_ids).tolist()
 
     def _sampling_batch(self, seqs: list[SequenceState]) -> SamplingBatch:
         """The rows' parameters as tensors, rebuilt only when the sequences drawing this step change."""
@@ -58,6 +63,25 @@ class TokenDrawer:
         if self._sampling_key != key:
             self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.device)
         return self._sampling
+
+    @staticmethod
+    def prompt_logprobs(logits: torch.Tensor, seq: SequenceState) -> list[TokenLogprob | None]:
+        """The prompt's log-probabilities from `logits` `[L, V]`, the model's logits at each of the L prompt
+        tokens (row j predicts token j + 1): None for the first token (nothing predicts it), then each token's
+        log-softmax under the raw logits, its rank and the `params.prompt_logprobs` most likely tokens."""
+        prompt = seq.token_ids[:seq.num_prompt_tokens]
+        if logits.shape[0] != len(prompt):
+            raise ValueError(f"prompt_logprobs needs the logits of all {len(prompt)} prompt tokens, got "
+                             f"{logits.shape[0]} rows")
+        logp = torch.log_softmax(logits[:-1].float(), dim=-1)                      # [L - 1, V]
+        targets = torch.tensor(prompt[1:], device=logp.device).unsqueeze(1)      # [L - 1, 1]
+        chosen = logp.gather(1, targets)                                          # [L - 1, 1]
+        ranks = (logp > chosen).sum(dim=1).add(1).tolist()
+        k = seq.params.prompt_logprobs
+        top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
+        top_values, top_ids = top_values.tolist(), top_ids.tolist()
+        return [None] + [TokenLogprob(token, value, tuple(zip(ids, values)), rank) for token, value, ids, values, rank
+                         in zip(prompt[1:], chosen.squeeze(1).tolist(), top_ids, top_values, ranks)]
 
     @staticmethod
     def logprobs(logits: torch.Tensor, seqs: list[SequenceState], tokens: list[int]) -> list[TokenLogprob | None]:

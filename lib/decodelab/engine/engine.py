@@ -32,13 +32,14 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from decodelab.decoding.detokenize import IncrementalDetokenizer
+from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
-                                        prompt_token_ids, text_decoder)
+                                        prompt_token_ids, text_decoder, with_bad_word_ids)
 from decodelab.engine.config import EngineConfig, kv_memory_limit
 from decodelab.engine.draw import TokenDrawer
 from decodelab.engine.outputs import EngineStats, SequenceView, StepKind, StepOutput, TokenEvent
@@ -99,8 +100,8 @@ class Engine:
         self.speculator.allocate_kv_cache(self.pool.num_blocks, self.block_size)
         self.scheduler = Scheduler(self.layout, config.max_num_seqs, config.max_num_batched_tokens,
                                    self._finish_reason, self.speculator.lookahead)
-        self.drawer = TokenDrawer(self.runner.device)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self.drawer = TokenDrawer(self.runner.device, self.eos_token_ids)   # EOS: masked until min_tokens
         self._decode = text_decoder(tokenizer)
         self._request_ids = itertools.count()
         self._steps = self._prefill_tokens = self._decode_tokens = 0
@@ -123,7 +124,8 @@ class Engine:
     def _checked(self, prompt_ids: list[int], params, name: str) -> CheckedRequest:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params for {name} must be a SamplingParams, got {type(params).__name__}")
-        check_vocabulary_ids(params, self.runner.vocab_size, name)   # stop_token_ids, logit_bias
+        params = with_bad_word_ids(params, self.tokenizer, name)      # bad_words -> token ids, once
+        check_vocabulary_ids(params, self.runner.vocab_size, name)   # stop_token_ids, logit_bias, allowed, bad words
         if params.grammar is not None and params.grammar.vocab_size > self.runner.vocab_size:
             raise ParamError("grammar", f"the grammar for {name} masks {params.grammar.vocab_size} tokens, more than "
                                         f"the model's vocabulary of {self.runner.vocab_size}")
@@ -170,7 +172,7 @@ class Engine:
         request_id = next(self._request_ids)
         params = request.params
         table = self.layout.new_table(len(request.prompt_ids), params.max_tokens)
-        detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop) if params.stop else None
+        detokenizer = sample_detokenizer(self.tokenizer, params) if params.stop else None
         seq = self.scheduler.new_sequence(request_id, list(request.prompt_ids), params, table,
                                           make_generator(params.seed, self.runner.device), detokenizer)
         self.scheduler.add(seq)
@@ -220,9 +222,18 @@ class Engine:
         if plan.kind is StepKind.IDLE:
             return StepOutput.idle(self.num_waiting, plan)
         drafts = self.speculator.propose(plan)        # per scheduled sequence: drafts into the slots the plan holds
-        logits = self.runner.execute(plan, self.kv_cache, drafts.tokens)   # [rows, V]; the copies, then one forward
+        wanted = ([i for i, sched in enumerate(plan.scheduled) if sched.seq.wants_prompt_logprobs]
+                  if plan.kind is StepKind.PREFILL else [])
+        if wanted:   # the same one forward also gives the prompts' logits (prompt_logprobs, echo)
+            logits, prompt_logits = self.runner.execute_with_prompt_logits(plan, self.kv_cache, wanted)
+        else:
+            logits = self.runner.execute(plan, self.kv_cache, drafts.tokens)   # [rows, V]; the copies, then one forward
         holding = self._account(plan)                 # (live slots, allocated slots, sequences holding blocks)
         drawn = self.speculator.draw(plan, drafts, logits, self.drawer)   # per sample: tokens and logprobs
+        if wanted:
+            seqs = [plan.scheduled[i].seq for i in wanted]
+            drawn = dataclasses.replace(drawn, prompt_logprobs={
+                seq.seq_id: self.drawer.prompt_logprobs(rows, seq) for seq, rows in zip(seqs, prompt_logits)})
         update = self.scheduler.update_from_output(plan, drawn)          # the one write of request state
         self.speculator.record(drafts, update)
         return self._step_output(plan, drafts, drawn, update, *holding)
@@ -272,8 +283,9 @@ class Engine:
                               logprobs=tuple(s.logprobs) if s.params.logprobs is not None else None)
                    for s in seqs]
         first = samples[0]
+        prompt_logprobs = None if seqs[0].prompt_logprobs is None else tuple(seqs[0].prompt_logprobs)
         return Completion(request_id, first.prompt_token_ids, first.token_ids, first.text, first.finish_reason,
-                          tuple(samples) if len(samples) > 1 else (), first.logprobs)
+                          tuple(samples) if len(samples) > 1 else (), first.logprobs, prompt_logprobs)
 
     # -- whole runs ----------------------------------------------------------------------------------------
     def generate(self, prompts, params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:

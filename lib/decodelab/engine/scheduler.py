@@ -78,6 +78,8 @@ class Drawn:
     request did not ask)."""
     tokens: list[list[int]]
     logprobs: list[list[TokenLogprob | None]]
+    prompt_logprobs: dict[int, list[TokenLogprob | None]] = field(default_factory=dict)  # seq_id -> per prompt
+                                                                                          # token, from this prefill
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,12 @@ class Scheduler:
             seq = self.waiting[0]
             if len(self.running) + sum(r.seq.width for r in scheduled) + seq.width > self.max_num_seqs:
                 break
-            cached = self.layout.admit(seq.table, seq.token_ids)
+            fresh = seq.wants_prompt_logprobs          # the whole prompt runs: its logits are the prompt's logprobs
+            cached = self.layout.admit(seq.table, seq.token_ids, use_prefix_cache=not fresh)
             if cached is None or (scheduled and num_tokens + len(seq.token_ids) - cached > self.max_num_batched_tokens):
                 break
-            seq.table.match_prefix(self.pool, seq.token_ids)
+            if not fresh:
+                seq.table.match_prefix(self.pool, seq.token_ids)
             new_tokens = seq.token_ids[cached:]
             slots, _ = seq.table.append(self.pool, new_tokens)
             self.num_cached_tokens += cached
@@ -237,6 +241,9 @@ class Scheduler:
             raise ValueError(f"update_from_output needs one token list and one logprob list per sample of the plan "
                              f"({len(plan.samples)}), got {len(drawn.tokens)} and {len(drawn.logprobs)}")
         appended, logprobs, reasons = [], [], []
+        for seq in plan.seqs:
+            if seq.seq_id in drawn.prompt_logprobs:
+                seq.prompt_logprobs = list(drawn.prompt_logprobs[seq.seq_id])
         for (row, seq), tokens, token_logprobs in zip(plan.samples, drawn.tokens, drawn.logprobs):
             reason, kept = None, 0
             for token in tokens:

@@ -19,7 +19,7 @@ from enum import Enum
 
 import torch
 
-from decodelab.decoding.detokenize import IncrementalDetokenizer
+from decodelab.decoding.detokenize import IncrementalDetokenizer, sample_detokenizer
 from decodelab.kv.protocols import KVTable
 from decodelab.sampling.params import SamplingParams
 from decodelab.sampling.sampler import make_generator, sample_seed
@@ -48,6 +48,7 @@ class SequenceState:
     logprobs: list = field(default_factory=list)   # decoding.request.TokenLogprob per output token, when asked for
     grammar_state: object | None = None       # where params.grammar stands after the output (None without one)
     detokenizer: IncrementalDetokenizer | None = None   # the output's text as it grows, with stop strings only
+    prompt_logprobs: list | None = None       # per prompt token (None first), once computed, when asked for
 
     def __post_init__(self) -> None:
         if self.grammar_state is None and self.params.grammar is not None:
@@ -56,6 +57,13 @@ class SequenceState:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Whether its next prefill must compute the prompt's log-probabilities (asked for, not yet computed; a
+        request's sample 0 holds them for all n): that prefill runs the whole prompt, with no prefix-cache hit (vLLM's
+        rule)."""
+        return self.params.prompt_logprobs is not None and self.prompt_logprobs is None and self.sample_index == 0
 
     @property
     def width(self) -> int:
@@ -67,7 +75,7 @@ class SequenceState:
         Forks happen at the prompt's prefill, before any output, so the sibling starts with none."""
         device = self.generator.device if self.generator is not None else "cpu"
         detokenizer = (None if self.detokenizer is None
-                       else IncrementalDetokenizer(self.detokenizer.tokenizer, self.params.stop))
+                       else sample_detokenizer(self.detokenizer.tokenizer, self.params))
         return SequenceState(seq_id, self.request_id, index, list(self.token_ids), self.num_prompt_tokens,
                              self.params, table, make_generator(sample_seed(self.params.seed, index), device),
                              status=Status.RUNNING, detokenizer=detokenizer)

@@ -52,6 +52,7 @@ from decodelab.validation import ParamError, as_scalar
 
 MAX_GAMMA = 16
 PENALTY_FIELDS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "no_repeat_ngram_size")
+CONSTRAINT_FIELDS = ("min_tokens", "bad_words", "bad_word_ids", "allowed_token_ids", "prompt_logprobs")
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,10 @@ class Speculator:
         if params.grammar is not None:
             raise ParamError("grammar", f"the grammar for {name} cannot run in an engine with speculative decoding; "
                                         f"use an engine without `speculative`")
+        for field in CONSTRAINT_FIELDS:        # masks that read the output, and the prompt's logits
+            if getattr(params, field) != getattr(SamplingParams, field):
+                raise ParamError(field, f"{field} for {name} is {getattr(params, field)!r:.100}; an engine with "
+                                        f"speculative decoding does not serve it; use an engine without `speculative`")
 
     def lookahead(self, seq: SequenceState) -> int:
         """Draft slots for `seq`'s next decode step: gamma, fewer when max_tokens or the context leaves less room

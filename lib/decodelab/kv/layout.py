@@ -51,12 +51,14 @@ class PagedLayout:
                                            f"pool of {self.pool.num_blocks}; lower max_tokens or give the engine "
                                            f"more blocks")
 
-    def admit(self, table: BlockTable, token_ids: Sequence[int]) -> int | None:
+    def admit(self, table: BlockTable, token_ids: Sequence[int], use_prefix_cache: bool = True) -> int | None:
         """The prefix `table.match_prefix` would share, found by the same hash walk but read only: the cached tokens
-        if the rest of the prompt fits in the free blocks left once the free cached blocks it hits are taken."""
+        if the rest of the prompt fits in the free blocks left once the free cached blocks it hits are taken.
+        `use_prefix_cache=False` (a request that asked for its prompt's logprobs) looks nothing up: 0 if the whole
+        prompt fits."""
         pool, size = self.pool, self.block_size
         parent, cached, free_hits = None, 0, 0
-        for start in range(0, len(token_ids) - 1 - size + 1, size):
+        for start in range(0, (len(token_ids) - 1 - size + 1) if use_prefix_cache else 0, size):
             chunk = token_ids[start:start + size]
             hash_value = block_hash(parent, chunk)
             block_id = pool.lookup(hash_value, chunk)
@@ -97,8 +99,9 @@ class SlabLayout:
             raise ParamError("max_tokens", f"{name} reserves {size} slots, more than the whole slab of "
                                            f"{self.pool.num_slots}; lower max_tokens or give the engine more memory")
 
-    def admit(self, table: Reservation, token_ids: Sequence[int]) -> int | None:
-        """0 (an extent shares nothing) if a free extent holds the whole reservation, else None."""
+    def admit(self, table: Reservation, token_ids: Sequence[int], use_prefix_cache: bool = True) -> int | None:
+        """0 (an extent shares nothing, so `use_prefix_cache` changes nothing) if a free extent holds the whole
+        reservation, else None."""
         return 0 if table.can_append(self.pool, len(token_ids)) else None
 
 

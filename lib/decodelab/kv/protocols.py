@@ -87,7 +87,8 @@ class KVLayout(Protocol):
         empty."""
         ...
 
-    def admit(self, table: KVTable, token_ids: Sequence[int]) -> int | None:
+    def admit(self, table: KVTable, token_ids: Sequence[int], use_prefix_cache: bool = True) -> int | None:
         """Prompt tokens a prefill of `token_ids` on the empty `table` would find cached, if its new tokens fit in the
-        free slots now; None if they do not. Takes nothing: the free queue and the cache stay as they are."""
+        free slots now; None if they do not. Takes nothing: the free queue and the cache stay as they are. With
+        `use_prefix_cache=False` nothing is looked up (0 cached tokens)."""
         ...

@@ -8,6 +8,7 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from collections.abc import Sequence
 
@@ -184,9 +185,32 @@ class PagedLlama:
         return self.forward(StepBatch.build(sequences, self.device), kv_cache, all_logits=True)
 
     @torch.inference_mode()
-    def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+    def execute_with_prompt_logits(self, plan, kv_cache: torch.Tensor,
+                                   wanted: Sequence[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`execute` of a prefill plan (no drafts) that also returns, from the same one forward, the logits of every
+        token fed by the scheduled sequences `wanted` (indices into `plan.scheduled`): `([len(plan.scheduled), V],
+        [[len(token_ids), V] per wanted sequence])`. Row j of a sequence's block predicts its token j + 1, which is
+        what a request's prompt log-probabilities (vLLM's `prompt_logprobs`, OpenAI's `echo`) read."""
+        for src, dst in plan.copies:
+            kv_cache[:, :, dst] = kv_cache[:, :, src]
+        sequences = [(sched.token_ids, sched.start, sched.slots, sched.seq.table.block_ids) for sched in plan.scheduled]
+        batch = StepBatch.build(sequences, self.device)
+        firsts = list(itertools.accumulate((len(sched.token_ids) for sched in plan.scheduled), initial=0))
+        spans = [range(firsts[i], firsts[i + 1]) for i in wanted]
+        rows = torch.cat([batch.last_index] + [torch.arange(s.start, s.stop, device=self.device) for s in spans])
+        logits = self.forward(batch, kv_cache, rows=rows)                       # [B + sum(len), V]
+        num_seqs = len(plan.scheduled)
+        prompt, offset = [], num_seqs
+        for span in spans:
+            prompt.append(logits[offset:offset + len(span)])
+            offset += len(span)
+        return logits[:num_seqs], prompt
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
         """Run the step's tokens, writing their K/V; return float32 logits of each sequence's last token [B, V]
-        (or of every token [T, V] when `all_logits`)."""
+        (or of every token [T, V] when `all_logits`, or of the flat token indices `rows` [len(rows), V])."""
         freqs = batch.positions[:, None].float() * self.inv_freq[None, :]        # [T, head_dim / 2]
         angles = torch.cat((freqs, freqs), dim=-1)                                 # [T, head_dim]
         cos = (angles.cos() * self.rope_scale).to(self.dtype)[:, None, :]          # [T, 1, head_dim]
@@ -222,7 +246,9 @@ class PagedLlama:
             x = _rms_norm(hidden, layer.post_norm, self.eps)
             gate, up = F.linear(x, *layer.gate_up).chunk(2, dim=-1)                # [T, intermediate] each
             hidden = hidden + F.linear(F.silu(gate) * up, *layer.down)
-        if not all_logits:
+        if rows is not None:
+            hidden = hidden[rows]                                                  # [len(rows), hidden]
+        elif not all_logits:
             hidden = hidden[batch.last_index]                                      # [B, hidden]
         hidden = _rms_norm(hidden, self.final_norm, self.eps)
         return self.lm_head(hidden).float()                                        # [B, V] or [T, V]

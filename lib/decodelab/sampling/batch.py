@@ -46,6 +46,8 @@ class SamplingBatch:
         self.top_k = tuple(0 if only else p.top_k for p, only in zip(self.params, argmax))  # per row, 0 = off
         self.ngram_sizes = tuple(p.no_repeat_ngram_size for p in self.params)
         self.has_penalties = any(p.has_penalties for p in self.params)
+        self.has_constraints = any(p.has_constraints for p in self.params)     # decodelab.sampling.constraints
+        self.needs_output_tokens = any(p.needs_output_tokens for p in self.params)
         self._values = {name: tuple(off if only else getattr(p, name) for p, only in zip(self.params, argmax))
                         for name, off in COLUMNS.items() if name not in _PENALTIES}
         self._values.update({name: tuple(getattr(p, name) for p in self.params) for name in _PENALTIES})

@@ -43,6 +43,15 @@ class SamplingParams:
     the model and that many top alternatives; None is off) and `max_tokens` are for engines: sample() draws one token
     per row and ignores them.
 
+    vLLM's request constraints: `min_tokens` (EOS and the stop tokens are masked, and stop strings not matched, until
+    the output holds that many tokens), `allowed_token_ids` (every other token masked; None is off), `bad_word_ids`
+    (token sequences that are never completed: the last token of each is masked when the output ends with the rest;
+    an engine fills them in from `bad_words`, the strings, with its tokenizer), `include_stop_str_in_output` (the
+    stop string stays in the text) and `prompt_logprobs` (the prompt's log-probabilities and that many top
+    alternatives per prompt token; an engine computes them in the prefill). The masks are applied by `sample` and
+    `process_logits` (decodelab.sampling.constraints); min_tokens needs the tokens that end a sample, passed as
+    `eos_token_ids`.
+
     Taught in: chapters/03-strategies.ipynb
     """
 
@@ -64,6 +73,12 @@ class SamplingParams:
     logprobs: int | None = None
     grammar: object | None = None             # a decodelab.grammar.base Grammar: every step masked by it
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) pairs, sorted by id
+    min_tokens: int = 0
+    bad_words: tuple[str, ...] = ()                 # strings; an engine turns them into bad_word_ids
+    bad_word_ids: tuple[tuple[int, ...], ...] = ()  # token sequences never completed
+    allowed_token_ids: tuple[int, ...] | None = None
+    include_stop_str_in_output: bool = False
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -110,16 +125,72 @@ class SamplingParams:
             if self.logprobs > MAX_LOGPROBS:
                 raise ParamError("logprobs", f"logprobs must be None or an int in [0, {MAX_LOGPROBS}], "
                                              f"got {self.logprobs}")
+        self._check_constraints()
+
+    def _check_constraints(self) -> None:
+        """vLLM's rules for min_tokens, bad_words, allowed_token_ids, include_stop_str_in_output, prompt_logprobs."""
+        object.__setattr__(self, "min_tokens", check_int(self.min_tokens, "min_tokens", low=0))
+        if self.min_tokens > self.max_tokens:
+            raise ParamError("min_tokens", f"min_tokens must be <= max_tokens={self.max_tokens}, got {self.min_tokens}")
+        words = tuple(self.bad_words) if isinstance(self.bad_words, list) else self.bad_words
+        if not isinstance(words, tuple) or not all(isinstance(w, str) and w for w in words):
+            raise ParamError("bad_words", f"bad_words must be a tuple of non-empty strings, got {self.bad_words!r:.100}")
+        object.__setattr__(self, "bad_words", words)
+        sequences = self.bad_word_ids
+        if isinstance(sequences, (tuple, list)):
+            sequences = tuple(_token_ids(s, "bad_word_ids") for s in sequences)
+        if not isinstance(sequences, tuple) or not all(s for s in sequences):
+            raise ParamError("bad_word_ids", f"bad_word_ids must be a tuple of non-empty token-id tuples, got "
+                                             f"{self.bad_word_ids!r:.100}")
+        object.__setattr__(self, "bad_word_ids", sequences)
+        if self.allowed_token_ids is not None:
+            allowed = _token_ids(self.allowed_token_ids, "allowed_token_ids")
+            if not allowed:
+                raise ParamError("allowed_token_ids", f"allowed_token_ids must be None or a non-empty tuple of token "
+                                                      f"ids >= 0, got {self.allowed_token_ids!r:.100}")
+            object.__setattr__(self, "allowed_token_ids", tuple(sorted(set(allowed))))
+            banned = {s[0] for s in self.bad_word_ids if len(s) == 1}
+            if banned.issuperset(self.allowed_token_ids):
+                raise ParamError("allowed_token_ids", f"allowed_token_ids {list(self.allowed_token_ids)} are all banned "
+                                                      f"by bad_word_ids; no token could be drawn")
+        if not isinstance(self.include_stop_str_in_output, bool):
+            raise ParamError("include_stop_str_in_output", f"include_stop_str_in_output must be a bool, got "
+                                                           f"{self.include_stop_str_in_output!r}")
+        if self.prompt_logprobs is not None:
+            object.__setattr__(self, "prompt_logprobs", check_int(self.prompt_logprobs, "prompt_logprobs", low=0))
+            if self.prompt_logprobs > MAX_LOGPROBS:
+                raise ParamError("prompt_logprobs", f"prompt_logprobs must be None or an int in [0, {MAX_LOGPROBS}], "
+                                                    f"got {self.prompt_logprobs}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
     @property
+    def has_constraints(self) -> bool:
+        """Whether min_tokens, allowed_token_ids or bad_word_ids mask tokens (decodelab.sampling.constraints)."""
+        return self.min_tokens > 0 or self.allowed_token_ids is not None or bool(self.bad_word_ids)
+
+    @property
+    def needs_output_tokens(self) -> bool:
+        """Whether `sample` must be passed the tokens seen so far: for a penalty, the n-gram ban, min_tokens (the
+        output's length) or a bad word of more than one token (the output's last tokens)."""
+        return self.has_penalties or self.min_tokens > 0 or any(len(s) > 1 for s in self.bad_word_ids)
+
+    @property
     def has_penalties(self) -> bool:
         """Whether any penalty or the n-gram ban is on, so the tokens seen so far must be passed as `output_tokens`."""
         return (self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
                 or self.no_repeat_ngram_size > 0)
+
+
+def _token_ids(value, field: str) -> tuple[int, ...]:
+    """`value` (a tuple or list of ints >= 0; numpy and 0-d torch integers too) as a tuple of ints; ParamError
+    naming `field` otherwise."""
+    ids = tuple(as_scalar(t) for t in value) if isinstance(value, (tuple, list)) else None
+    if ids is None or not all(is_int(t) and t >= 0 for t in ids):
+        raise ParamError(field, f"{field} must hold tuples or lists of token ids (ints >= 0), got {value!r:.100}")
+    return ids
 
 
 def _logit_bias(value) -> tuple[tuple[int, float], ...]:

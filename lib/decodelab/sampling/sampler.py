@@ -5,7 +5,8 @@ every row has its own temperature, top-k, top-p, min-p, typical-p, penalties, no
 maths is vectorised over rows. A call reads top to bottom:
 
 1. the rows' parameters as tensors (`decodelab.sampling.batch.SamplingBatch`, which an engine builds once per batch);
-2. `logit_bias`, the penalties and the n-gram ban over the whole row (`decodelab.sampling.penalties`);
+2. `logit_bias`, the penalties and the n-gram ban over the whole row (`decodelab.sampling.penalties`), then the
+   masks of `allowed_token_ids`, bad words and `min_tokens` (`decodelab.sampling.constraints`);
 3. argmax rows take their argmax;
 4. the other rows, in groups, through the processors in transformers' order: temperature, top-k, top-p, min-p,
    typical (`decodelab.sampling.processors`; temperature happens there and only there);
@@ -22,7 +23,7 @@ Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -31,6 +32,7 @@ from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
 from decodelab.sampling.processors import RowGroup, apply_processors
 from decodelab.sampling.batch import SamplingBatch, as_batch
+from decodelab.sampling.constraints import apply_constraints
 from decodelab.sampling.ops.topk import chunk_maxima
 from decodelab.sampling.truncation import NEG_INF, take_rows
 from decodelab.validation import check_int
@@ -91,7 +93,7 @@ def _check_rows(maxima: torch.Tensor) -> None:
         raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
 
 
-def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str):
+def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str, eos_token_ids=None):
     """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters, the penalised logits `[B, V]`
     (float32, or float64 for float64 input; the input is never modified) and, on the fast path, their chunk maxima."""
     _check_logits(logits)
@@ -107,6 +109,8 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
     elif prompt_tokens is not None:
         raise ValueError("prompt_tokens goes with output_tokens (empty lists before the first token); "
                          "pass output_tokens too")
+    if batch.has_constraints:  # allowed_token_ids, bad words, min_tokens: -inf masks, after the penalties
+        x = apply_constraints(x, batch, output_tokens, eos_token_ids)
     # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.sampling.ops.topk)
     chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
     _check_rows(x if chunk_max is None else chunk_max)
@@ -127,7 +131,8 @@ def _groups(x: torch.Tensor, batch: SamplingBatch, routes: fast_paths.Routes,
 def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams] | SamplingBatch,
                    output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
                    method: str = "fast",
-                   prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+                   prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
+                   eos_token_ids: Collection[int] | None = None) -> torch.Tensor:
     """Apply each row's parameters to `logits` `[B, V]` and return new logits `[B, V]` (float32, or float64 for
     float64 input) in which removed tokens are -inf; softmax of the result is the distribution `sample` draws from.
 
@@ -138,11 +143,13 @@ def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[Sampl
     A greedy row (temperature 0, or top_k = 1) keeps only its argmax after penalties (top-k/top-p/min-p/typical do
     not apply to it, as `model.generate(do_sample=False)` ignores them), so its distribution is a point mass on the
     token greedy decoding picks, the lowest id among tied maxima. `method` is "fast" or "sort" (the reference); both
-    are exact.
+    are exact. `allowed_token_ids`, bad words and `min_tokens` mask tokens after the penalties
+    (`decodelab.sampling.constraints`); min_tokens and bad words of several tokens need `output_tokens`, min_tokens
+    also `eos_token_ids` (the tokens that end a sample, masked with `stop_token_ids` while the output is short).
 
     Taught in: chapters/03-strategies.ipynb
     """
-    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method)
+    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
     out = torch.full_like(x, NEG_INF)  # [B, V]
     for group in _groups(x, batch, fast_paths.routes(batch, method, sampling=False), chunk_max):
         out.index_copy_(0, torch.tensor(group.rows, device=x.device), group.to_vocabulary(x.shape[1]))
@@ -159,7 +166,8 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
            generators: Sequence[torch.Generator | None] | None = None,
            output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
            method: str = "fast",
-           prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+           prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
+           eos_token_ids: Collection[int] | None = None) -> torch.Tensor:
     """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `params`, `output_tokens` and `prompt_tokens` as in
     `process_logits`.
 
@@ -175,7 +183,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 
     Taught in: chapters/03-strategies.ipynb
     """
-    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method)
+    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
     generators = _generators(generators, batch, x.device)
     tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
     if batch.argmax_rows:
