@@ -106,7 +106,8 @@
   };
   const entriesOf = (words) => words.map((word) => rank()[word]).filter((entry) => entry);
 
-  const escapeRegExp = (text) => text.replace(/[.*+\-?^${}()|[\]\\]/g, "\\$&");
+  // (no "\-": under the u flag an escaped hyphen outside a class is a syntax error)
+  const escapeRegExp = (text) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
   const namePattern = (names) => new RegExp(
     names.slice().sort((a, b) => b.length - a.length).map((name) => {
       const escaped = escapeRegExp(name);
