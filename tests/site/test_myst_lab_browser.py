@@ -4,7 +4,7 @@ Chapter 03 opened in JupyterLab (a copy; tests/lab.py's isolated server) shows n
 `{numref}` or `{eq}` role, no `:class: dropdown` or `:label:` option, no `solution-start` fence; roles are rendered
 as text (a term as its name), the exercise block as a box with its title, and the solution's code cell is folded
 until clicked (scripts/fold_solutions.py writes the fold metadata). On the deck's first slide the roles are rendered
-too. A separate test checks that the committed chapters carry the fold metadata.
+too. tests/site/test_fold_solutions.py checks that the committed chapters carry the fold metadata.
 
 What jupyterlab-myst 2.7.0 cannot resolve, seen here: a reference to another page (`{doc}`) shows the file name or
 the explicit text of `{doc}`\u200b`title <file>`, a `{numref}` to a figure drawn by a code cell shows its label, and each
@@ -115,10 +115,3 @@ def test_deck_slide_shows_rendered_myst(page, lab):
     finally:
         stop_deck(page)
 
-
-def test_committed_chapters_have_folded_solutions():
-    """Every chapter's solution cells carry the fold metadata (run scripts/fold_solutions.py chapters/*.ipynb)."""
-    chapters = sorted(str(path) for path in (ROOT / "chapters").glob("*.ipynb"))
-    result = subprocess.run([sys.executable, str(FOLD_SCRIPT), "--check", *chapters],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
