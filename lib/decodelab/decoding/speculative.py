@@ -52,6 +52,47 @@ def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def residual(p: torch.Tensor, q: torch.Tensor | None, token: int) -> torch.Tensor:
+    """What the target draws from after rejecting draft `token` at one position: normalize(max(0, p - q)) `[V]`, with q
+    the draft's distribution `[V]` there, or None for a point mass on `token`. Where p == q up to rounding (rejection
+    had probability ~0) it is p itself. Unnormalized: `torch.multinomial` and `judged_distribution` normalize it.
+
+    >>> residual(torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.6, 0.2]), 1)
+    tensor([0.3000, 0.0000, 0.0000])
+    """
+    if q is None:
+        rest = p.clone()
+        rest[token] = 0.0  # max(0, p - point mass)
+    else:
+        rest = (p - q).clamp_min(0.0)  # [V]
+    return rest if float(rest.sum()) > 0.0 else p
+
+
+def judged_distribution(p: torch.Tensor, q: torch.Tensor | None, token: int | None = None,
+                        residual_rule=None) -> torch.Tensor:
+    """The exact distribution `[V]` of the token one judged position emits under `verify`'s rule: the draft proposes
+    x ~ q (or the point mass `token` when q is None), keeps it with probability min(1, p(x)/q(x)), and otherwise the
+    target draws from `residual_rule(p, q, x)` (default: `residual`, normalized). The rule is right when this equals
+    p, whatever q is; a wrong residual shows up as a gap that grows with the rejection probability.
+
+    >>> p, q = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), torch.tensor([0.2, 0.6, 0.2], dtype=torch.float64)
+    >>> [round(v, 12) for v in judged_distribution(p, q).tolist() + judged_distribution(p, None, token=1).tolist()]
+    [0.5, 0.3, 0.2, 0.5, 0.3, 0.2]
+    >>> from_p = lambda p, q, x: p                 # a planted bug: the residual drawn from p itself
+    >>> [round(v, 2) for v in judged_distribution(p, q, residual_rule=from_p).tolist()]
+    [0.35, 0.39, 0.26]
+    """
+    rule = residual if residual_rule is None else residual_rule
+    proposals = [(token, 1.0)] if q is None else [(x, float(q[x])) for x in (q > 0).nonzero().flatten().tolist()]
+    out = torch.zeros_like(p)
+    for x, q_x in proposals:
+        keep = min(1.0, float(p[x]) / q_x)
+        out[x] += q_x * keep
+        rest = rule(p, q, x)
+        out += q_x * (1.0 - keep) * rest / rest.sum()
+    return out
+
+
 def verify(drafted: list[int], q: torch.Tensor | None, p: torch.Tensor,
            generator: torch.Generator | None) -> tuple[int, int, list[float]]:
     """The acceptance rule on one round: drafts `drafted` (k tokens) with draft probabilities `q` `[k, V]` (None:
@@ -67,14 +108,7 @@ def verify(drafted: list[int], q: torch.Tensor | None, p: torch.Tensor,
         betas.append(float(p[i, token]) if q is None else float(torch.minimum(p[i], q[i]).sum()))
         if float(torch.rand((), generator=generator, dtype=torch.float64)) * q_token < float(p[i, token]):
             continue  # kept with probability min(1, p / q)
-        if q is None:
-            residual = p[i].clone()
-            residual[token] = 0.0  # max(0, p - point mass)
-        else:
-            residual = (p[i] - q[i]).clamp_min(0.0)  # [V]
-        if float(residual.sum()) <= 0.0:  # p == q up to rounding: rejection had probability ~0
-            residual = p[i]
-        return i, _draw(residual, generator), betas
+        return i, _draw(residual(p[i], None if q is None else q[i], token), generator), betas
     return len(drafted), _draw(p[len(drafted)], generator), betas
 
 
