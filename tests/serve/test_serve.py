@@ -168,7 +168,7 @@ BAD_REQUESTS = [
     ({"prompt": [10**6]}, "prompt"),                    # a token id outside the vocabulary
     ({"prompt": "小" * 300}, "prompt"),                  # longer than the model's context
     ({"prompt": "hello"}, "prompt"),                    # characters outside the vocabulary
-    ({"echo": True}, "echo"),
+    ({"echo": True, "stream": True}, "echo"),
     ({"best_of": 3}, "best_of"),
     ({"logit_bias": {"x": 1.0}}, "logit_bias"),
     ({"logit_bias": {"5": 500}}, "logit_bias"),
