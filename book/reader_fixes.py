@@ -14,17 +14,36 @@ Adds `book/static/reader.css` and `book/static/reader.js` to every page:
 - the EOS mark ␃ (U+2403), which no font the README installs has, is drawn as a small boxed "EOS".
 
 The header's download menu says "打印成 PDF" (sphinx-book-theme's zh_CN translation has the Traditional "列印成 PDF").
+
+MyST's `linkify` turns every bare URL of the prose into a link, also the local addresses the course's servers listen
+on (http://127.0.0.1:8000/v1), which lead nowhere from a reader's browser: such a link is written as code instead.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from docutils import nodes
 
 from sphinx.application import Sphinx
 from sphinx.config import Config
 
 BOOK_STATIC_DIR = Path(__file__).resolve().parent / "static"
 PRINT_TOOLTIP = "打印成 PDF"
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "0.0.0.0", "::1"})
+
+
+def unlink_local_addresses(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """A bare link to a local address (its text is its URL) becomes inline code: nothing answers there for a reader."""
+    for reference in list(doctree.findall(nodes.reference)):
+        uri = reference.get("refuri", "")
+        try:
+            host = urlsplit(uri).hostname
+        except ValueError:
+            continue
+        if host in LOCAL_HOSTS and reference.astext().strip() == uri:
+            reference.replace_self(nodes.literal(uri, uri))
 
 
 def add_static_dir(app: Sphinx, config: Config) -> None:
@@ -45,6 +64,7 @@ def simplified_tooltips(app: Sphinx, pagename: str, templatename: str, context: 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", add_static_dir)
     app.connect("html-page-context", simplified_tooltips, priority=510)
+    app.connect("doctree-resolved", unlink_local_addresses)
     app.add_css_file("reader.css")
     app.add_js_file("reader.js")
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -16,6 +16,9 @@
     "Link to this image": "链接到本图",
     "Link to this table": "链接到本表",
     "Link to this code": "链接到本段代码",
+    "Toggle hidden content": "显示或隐藏内容",
+    "Copy": "复制",
+    "Copy to clipboard": "复制到剪贴板",
   };
 
   // Prose tables (Markdown's): each cell learns its column's name, for the phone's one-card-per-row layout.

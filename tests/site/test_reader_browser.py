@@ -225,3 +225,15 @@ def test_desktop_screenshots_of_the_archive_menu_and_the_footer(browser, site):
     _shot(page, "ch03-footer-1366")
     page.close()
     assert not problems.summary(), problems.summary()
+
+
+def test_local_addresses_are_code_not_links(built_book):
+    """The intro's `make api` address (http://127.0.0.1:8000/v1) is shown as code: no page links to a local server."""
+    linked = {}
+    for page in sorted((built_book / "chapters").glob("*.html")):
+        found = re.findall(r'<a [^>]*href="https?://(?:127\.0\.0\.1|localhost)[^"]*"', page.read_text("utf-8"))
+        if found:
+            linked[page.name] = found[:3]
+    assert not linked, linked
+    intro = (built_book / "chapters" / "00-intro.html").read_text("utf-8")
+    assert "http://127.0.0.1:8000/v1" in intro
