@@ -40,9 +40,11 @@ class StepKind(StrEnum):
     IDLE = "idle"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ScheduledSeq:
-    """One sequence's part of a step: the tokens it feeds the model and the KV slots they are written to."""
+    """One sequence's part of a step: the tokens it feeds the model and the KV slots they are written to. Made by
+    the scheduler and only read after (slots and no freezing: one is built per sequence per step, and a frozen
+    dataclass costs three times as much to build)."""
     seq: SequenceState
     token_ids: list[int]                      # new tokens (the whole uncached prompt for a prefill, else one)
     start: int                                # position of the first of them
@@ -169,10 +171,10 @@ class Scheduler:
         """Admit waiting sequences in order while they fit. The layout's `admit` is asked first and takes nothing,
         so the one that does not fit leaves the free queue and the prefix cache as they were (vLLM's rule)."""
         scheduled: list[ScheduledSeq] = []
-        num_tokens = 0
+        num_tokens, width = 0, len(self.running)           # tokens admitted so far; sequences once they fork
         while self.waiting:
             seq = self.waiting[0]
-            if len(self.running) + sum(r.seq.width for r in scheduled) + seq.width > self.max_num_seqs:
+            if width + seq.width > self.max_num_seqs:
                 break
             fresh = seq.wants_prompt_logprobs          # the whole prompt runs: its logits are the prompt's logprobs
             cached = self.layout.admit(seq.table, seq.token_ids, use_prefix_cache=not fresh)
@@ -185,6 +187,7 @@ class Scheduler:
             self.num_cached_tokens += cached
             num_tokens += len(new_tokens)
             seq.status = Status.RUNNING
+            width += seq.width
             scheduled.append(ScheduledSeq(self.waiting.popleft(), list(new_tokens), cached, slots, cached))
         self.running += [sched.seq for sched in scheduled]
         return scheduled
@@ -203,22 +206,25 @@ class Scheduler:
         scheduled: list[ScheduledSeq] = []
         preempted: list[SequenceState] = []
         copies: list[tuple[int, int]] = []
+        pool, lookahead = self.pool, (None if self.lookahead is no_lookahead else self.lookahead)
         while queue:
             seq = queue.popleft()
-            extra = self.lookahead(seq)
-            while not seq.table.can_append(self.pool, 1 + extra):
+            extra = lookahead(seq) if lookahead is not None else 0
+            table = seq.table
+            while not table.can_append(pool, 1 + extra):
                 victim = queue.pop() if queue else seq      # the newest running sequence
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is seq:
                     break
             else:
-                start = len(seq.token_ids) - 1
-                slots, seq_copies = seq.table.append(self.pool, seq.token_ids[-1:])
+                last = seq.token_ids[-1:]
+                slots, seq_copies = table.append(pool, last)
                 if extra:
-                    seq.table.reserve(self.pool, extra)
-                copies += seq_copies
-                scheduled.append(ScheduledSeq(seq, seq.token_ids[-1:], start, slots, num_lookahead=extra))
+                    table.reserve(pool, extra)
+                if seq_copies:
+                    copies += seq_copies
+                scheduled.append(ScheduledSeq(seq, last, len(seq.token_ids) - 1, slots, 0, extra))
         self.running = [sched.seq for sched in scheduled]
         samples = [(row, sched.seq) for row, sched in enumerate(scheduled)]
         return Schedule(StepKind.DECODE, scheduled, copies, preempted, [], samples)
@@ -241,34 +247,40 @@ class Scheduler:
             raise ValueError(f"update_from_output needs one token list and one logprob list per sample of the plan "
                              f"({len(plan.samples)}), got {len(drawn.tokens)} and {len(drawn.logprobs)}")
         appended, logprobs, reasons = [], [], []
-        for seq in plan.seqs:
-            if seq.seq_id in drawn.prompt_logprobs:
-                seq.prompt_logprobs = list(drawn.prompt_logprobs[seq.seq_id])
+        if drawn.prompt_logprobs:
+            for seq in plan.seqs:
+                if seq.seq_id in drawn.prompt_logprobs:
+                    seq.prompt_logprobs = list(drawn.prompt_logprobs[seq.seq_id])
+        finish_rule, scheduled = self.finish_rule, plan.scheduled
+        ended: dict[int, None] = {}                         # request ids with a sample that ended, in order
         for (row, seq), tokens, token_logprobs in zip(plan.samples, drawn.tokens, drawn.logprobs):
             reason, kept = None, 0
+            detokenizer = seq.detokenizer
             for token in tokens:
                 seq.token_ids.append(token)
                 kept += 1
-                if seq.detokenizer is not None:
-                    seq.detokenizer.push(token)
-                reason = self.finish_rule(seq, token)
+                if detokenizer is not None:
+                    detokenizer.push(token)
+                reason = finish_rule(seq, token)
                 if reason is not None:
                     break
-            tokens, token_logprobs = tokens[:kept], token_logprobs[:kept]
-            seq.logprobs += [lp for lp in token_logprobs if lp is not None]
+            if kept < len(tokens):                          # a finish drops the drafts after it
+                tokens, token_logprobs = tokens[:kept], token_logprobs[:kept]
+            if token_logprobs.count(None) != len(token_logprobs):
+                seq.logprobs += [lp for lp in token_logprobs if lp is not None]
             if seq.grammar_state is not None:
                 for token in tokens[:-1] if reason is not None else tokens:
                     seq.grammar_state.advance(token)
             if reason is not None:
                 self._finish(seq, reason)
-            elif plan.scheduled[row].num_lookahead:
+                ended[seq.request_id] = None
+            elif scheduled[row].num_lookahead:
                 seq.table.append(self.pool, seq.token_ids[seq.table.num_tokens:-1])
                 seq.table.trim(self.pool)
             appended.append(tokens)
             logprobs.append(token_logprobs)
             reasons.append(reason)
-        ended = dict.fromkeys(seq.request_id for (_, seq), reason in zip(plan.samples, reasons) if reason is not None)
-        finished = [done for done in map(self._complete, ended) if done is not None]
+        finished = [done for done in map(self._complete, ended) if done is not None] if ended else []
         return StepUpdate(appended, logprobs, reasons, finished)
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
