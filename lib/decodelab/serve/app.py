@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
@@ -206,6 +207,23 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
         choices = [chat_choice_json(i, sample, tokenizer) for i, sample in enumerate(samples)]
         return JSONResponse(chat_completion_json(request_id, model_name, choices, _usage(done)))
 
+    def openapi() -> dict:
+        """FastAPI's document, with the two POST routes' request bodies (they read the body themselves, to answer
+        400 with OpenAI's error JSON rather than FastAPI's 422) described by their pydantic models."""
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for path, model in (("/v1/completions", CompletionRequest), ("/v1/chat/completions", ChatCompletionRequest)):
+                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(body.pop("$defs", {}))
+                schemas[model.__name__] = body
+                document["paths"][path]["post"]["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi
     return app
 
 
