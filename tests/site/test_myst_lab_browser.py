@@ -114,4 +114,17 @@ def test_deck_slide_shows_rendered_myst(page, lab):
         screenshot(page, "myst-deck-first-slide")
     finally:
         stop_deck(page)
+    # the exercises' slide: the exercise box on screen, its solution folded
+    exercises = next(i for i in range(cells(page).count()) if cells(page).nth(i).inner_text().startswith("练习"))
+    start_deck(page, cell_index=exercises)
+    try:
+        slide = slide_cells(page)
+        page.locator(".jp-Cell.jp-deck-mod-onscreen", has_text="保留越过 p 的那个 token").first.wait_for(
+            timeout=TIMEOUT_MS)
+        text = "\n".join(slide.all_inner_texts())
+        assert SOLUTION_CODE not in text and not [marker for marker in RAW_MYST if marker in text], text[:800]
+        page.evaluate("() => document.querySelectorAll('*').forEach((el) => { if (el.scrollTop) el.scrollTop = 0; })")
+        screenshot(page, "myst-deck-exercise-slide")
+    finally:
+        stop_deck(page)
 
