@@ -254,6 +254,23 @@ class Scheduler:
         finish_rule, scheduled = self.finish_rule, plan.scheduled
         ended: dict[int, None] = {}                         # request ids with a sample that ended, in order
         for (row, seq), tokens, token_logprobs in zip(plan.samples, drawn.tokens, drawn.logprobs):
+            if len(tokens) == 1 and not scheduled[row].num_lookahead:     # one token, no drafts: the common step
+                token = tokens[0]
+                seq.token_ids.append(token)
+                if seq.detokenizer is not None:
+                    seq.detokenizer.push(token)
+                reason = finish_rule(seq, token)
+                if token_logprobs[0] is not None:
+                    seq.logprobs.append(token_logprobs[0])
+                if reason is not None:
+                    self._finish(seq, reason)
+                    ended[seq.request_id] = None
+                elif seq.grammar_state is not None:
+                    seq.grammar_state.advance(token)
+                appended.append(tokens)
+                logprobs.append(token_logprobs)
+                reasons.append(reason)
+                continue
             reason, kept = None, 0
             detokenizer = seq.detokenizer
             for token in tokens:
