@@ -22,28 +22,30 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "chapters" / "data"
 LIB = "lib/decodelab"
 
-# The code each data file's figures depend on (the script or benchmark that writes it, and what it measures with).
+# The library code each data file's figures depend on, and the benchmark that measures them where one does (the
+# scripts in scripts/ only run the library and write the file; editing them does not by itself change a figure).
 DEPENDS: dict[str, list[str]] = {
-    "03-long-form.json": ["scripts/long_form.py", f"{LIB}/sampling", f"{LIB}/decoding", f"{LIB}/measure", f"{LIB}/toy",
+    "03-long-form.json": [f"{LIB}/sampling", f"{LIB}/decoding", f"{LIB}/measure", f"{LIB}/toy",
                           f"{LIB}/models"],
-    "04-snowball.json": ["scripts/ch04_snowball.py", f"{LIB}/measure/forced_token.py", f"{LIB}/decoding",
+    "04-snowball.json": [f"{LIB}/measure/forced_token.py", f"{LIB}/decoding",
                          f"{LIB}/sampling", f"{LIB}/toy", f"{LIB}/models"],
-    "05-drift.json": ["scripts/ch05_drift.py", f"{LIB}/book/widgets/drift.py", f"{LIB}/decoding", f"{LIB}/sampling",
+    "05-drift.json": [f"{LIB}/book/widgets/drift.py", f"{LIB}/decoding", f"{LIB}/sampling",
                       f"{LIB}/toy", f"{LIB}/models"],
-    "05-exposure.json": ["scripts/ch05_exposure.py", f"{LIB}/measure/exposure.py", f"{LIB}/measure/dagger.py",
+    "05-exposure.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/dagger.py",
                          f"{LIB}/toy", f"{LIB}/models"],
     "06-roofline.json": ["benchmarks/roofline.py"],
-    "06-timing.json": ["scripts/ch06_timing.py", f"{LIB}/decoding/generate.py"],
-    "07-batching.json": ["scripts/ch07_batching.py", f"{LIB}/engine", f"{LIB}/kv", f"{LIB}/runner"],
-    "07-sharing.json": ["scripts/ch07_sharing.py", f"{LIB}/engine", f"{LIB}/kv"],
-    "07-slab.json": ["scripts/ch07_slab.py", f"{LIB}/engine", f"{LIB}/kv"],
-    "07b-speculative.json": ["scripts/ch07b_speculative.py", "benchmarks/speculative.py",
+    "06-timing.json": [f"{LIB}/decoding/generate.py"],
+    "07-batching.json": [f"{LIB}/engine", f"{LIB}/kv", f"{LIB}/runner"],
+    "07-sharing.json": [f"{LIB}/engine", f"{LIB}/kv"],
+    "07-slab.json": [f"{LIB}/engine", f"{LIB}/kv"],
+    "07b-speculative.json": ["benchmarks/speculative.py",
                              f"{LIB}/decoding/speculative.py"],
+    "07b-distribution.json": [f"{LIB}/decoding/speculative.py", f"{LIB}/measure/stats.py"],
     "07b-speculative-engine.json": ["benchmarks/speculative.py", f"{LIB}/engine"],
     "07c-serving-load.json": ["benchmarks/load.py", f"{LIB}/serve", f"{LIB}/engine"],
-    "07d-constrained.json": ["scripts/ch07d_constrained.py", "benchmarks/constrained.py",
+    "07d-constrained.json": ["benchmarks/constrained.py",
                              f"{LIB}/decoding/constrained.py", f"{LIB}/grammar", f"{LIB}/measure/constrained.py"],
-    "07e-best-of-n.json": ["scripts/ch07e_best_of_n.py", "benchmarks/best_of_n.py", f"{LIB}/measure/best_of_n.py",
+    "07e-best-of-n.json": ["benchmarks/best_of_n.py", f"{LIB}/measure/best_of_n.py",
                            f"{LIB}/engine", f"{LIB}/toy/questions.py"],
 }
 

@@ -323,15 +323,10 @@ PAGE_ALLOWED: dict[str, dict[str, str]] = {
     },
 }
 # Result figures still typed because their chapter has no glue cell yet: {page: {figure: chapter stem that must hold it}}.
-# Chapter 07 is being renamed by its owner and 07c-serving has its own owner; each figure here is checked against
-# that chapter's stored outputs and data until the chapter glues it.
+# 07c-serving has its own owner; each figure here is checked against that chapter's stored outputs and data until the
+# chapter glues it.
 PENDING: dict[str, dict[str, str]] = {
-    "00-intro": {**dict.fromkeys(["57.0%", "14.2%", "3.8%", "73%", "5.7%", "9.7%", "6.1%", "9.8%", "5.3", "17.0"],
-                                 "07-paged-attention"),
-                 **dict.fromkeys(["75.8", "11.1"], "07c-serving")},
-    "08-choosing-parameters": dict.fromkeys(["9.7", "16.9", "57.0%", "14.2%"], "07-paged-attention"),
-    "09-glossary": dict.fromkeys(["57.0%", "14.2%"], "07-paged-attention"),
-    "10-next": dict.fromkeys(["194.4", "122.8", "73%"], "07-paged-attention"),
+    "00-intro": dict.fromkeys(["75.8", "11.1"], "07c-serving"),
 }
 # Model-card figures the intro quotes (parameters, training time, cross-entropy), held by the card it names.
 MODEL_CARD_FIGURES: dict[str, set[str]] = {"00-intro": {"0.8029", "0.7941", "0.0088", "11.3", "0.7685"}}
@@ -463,10 +458,10 @@ def test_a_stale_figure_is_reported_on_a_page(tmp_path):
 
 def test_a_typed_figure_from_a_pending_chapter_must_still_be_held(tmp_path):
     page = tmp_path / "10-next.md"
-    page.write_text("{doc}`07-paged-attention` 量过：static 要 441 步，平均完成步数从 194.5 提前到 122.8。\n",
+    page.write_text("{doc}`07c-serving` 量过：64 req/s 时 static 的 normalized latency 是 75.9，continuous 11.1。\n",
                     encoding="utf-8")
-    problems = page_problems(page, pending={"10-next": {"194.5": "07-paged-attention", "122.8": "07-paged-attention"}})
-    assert [p.problem for p in problems] == ["194.5 is held by no output or data of 07-paged-attention"]
+    problems = page_problems(page, pending={"10-next": {"75.9": "07c-serving", "11.1": "07c-serving"}})
+    assert [p.problem for p in problems] == ["75.9 is held by no output or data of 07c-serving"]
 
 
 @pytest.mark.parametrize("stored, spec, shown", [
