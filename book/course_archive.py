@@ -35,7 +35,7 @@ FOLDER = "decodelab-course"
 # requirements.txt entries that only build the book or run the repository's tests; the notebooks import none of them
 NOT_FOR_READERS = frozenset({
     "jupyter-book", "sphinx-exercise", "sphinx-togglebutton", "sphinx-book-theme", "pydata-sphinx-theme", "jieba",
-    "pytest", "hypothesis", "pytest-xdist", "nbval", "pyyaml", "beautifulsoup4", "playwright", "triton",
+    "pytest", "hypothesis", "pytest-xdist", "nbval", "pyyaml", "beautifulsoup4", "playwright", "triton", "schemathesis",
 })
 SKIPPED_PARTS = frozenset({"__pycache__", ".ipynb_checkpoints"})
 

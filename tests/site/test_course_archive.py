@@ -83,7 +83,7 @@ def test_requirements_pin_what_the_notebooks_need_and_install_the_wheel(unpacked
         assert repo_pins.get(name) == line, f"{line!r} is not the repository's pin"
     names = {re.split(r"[=<>~!; ]", line, maxsplit=1)[0].lower() for line in lines[:-1]}
     assert {"torch", "transformers", "jupyterlab", "ipywidgets", "anywidget", "matplotlib"} <= names
-    assert not names & {"jupyter-book", "pytest", "playwright", "nbval"}
+    assert not names & {"jupyter-book", "pytest", "playwright", "nbval", "schemathesis", "hypothesis"}
 
 
 def test_readme_gives_two_commands(unpacked):
