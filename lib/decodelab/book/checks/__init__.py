@@ -235,16 +235,27 @@ def close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
 
 # ---- predictions -------------------------------------------------------------------------------------------------
 
-def as_prediction(prediction: Any, name: str = "PREDICTION", low: float | None = None,
-                  high: float | None = None) -> float:
-    """The student's stored prediction as a float; a missing one (None) or one outside [low, high] is a hint."""
+class _NoPrediction:
+    """The default of a check's `prediction`: none was asked for (None means the student has not written it yet)."""
+
+    def __repr__(self) -> str:
+        return "NO_PREDICTION"
+
+
+NO_PREDICTION = _NoPrediction()
+
+
+def as_prediction(prediction: Any, name: str = "PREDICTION", lowest: float | None = None,
+                  highest: float | None = None) -> float:
+    """The student's stored prediction as a float; a missing one (None) or one outside [lowest, highest] (the values
+    the quantity can take, not a reference) is a hint."""
     if prediction is None:
         fail(f"先写下你的预测：把 {name} = None 换成一个数，再运行测量。预测写错了没关系，它是拿来和结果对照的。")
     if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real) or prediction != prediction:
         fail(f"{name} 应是一个数，你写的是 {prediction!r}。")
     value = float(prediction)
-    if (low is not None and value < low) or (high is not None and value > high):
-        fail(f"{name} = {value:g} 不在可能的范围 [{low:g}, {high:g}] 里：再想一想这个量的单位和取值范围。")
+    if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+        fail(f"{name} = {value:g} 不在可能的范围 [{lowest:g}, {highest:g}] 里：再想一想这个量的单位和取值范围。")
     return value
 
 
@@ -278,5 +289,5 @@ def _register_name_error_hint() -> None:
 
 _register_name_error_hint()
 
-__all__ = ["CheckFailed", "ForbiddenCall", "LOG_SOFTMAX_SPELLINGS", "SOFTMAX_SPELLINGS", "as_prediction",
+__all__ = ["CheckFailed", "ForbiddenCall", "LOG_SOFTMAX_SPELLINGS", "NO_PREDICTION", "SOFTMAX_SPELLINGS", "as_prediction",
            "call_student", "close", "compare_prediction", "expect_tensor", "fail", "forbid", "passed"]

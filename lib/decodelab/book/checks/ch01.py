@@ -4,6 +4,7 @@ Taught in: chapters/01-logits-to-probs.ipynb, exercises/01-logits-to-probs.ipynb
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -90,3 +91,51 @@ def check_log_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     if not close(out, torch.log_softmax(_LARGE, dim=-1)):
         fail(f"输入 logits [1000, 999, 998, 990] 时结果不对：{out.tolist()}。")
     passed("log-softmax 正确：概率小到 exp(-200) 也保持有限，大 logits 不溢出，每一行各自归一化。")
+
+
+# ---- exercise 1.3 (predict, then measure): where float32's exp overflows ------------------------------------------
+
+def check_overflow_point(prediction, logits, values) -> None:
+    """Check the student's measurement of where `exp` overflows in float32: `logits` are the integers they tried and
+    `values` what `torch.exp` gave for each (float32 tensors or numbers). The check recomputes exp(z) in float32 for
+    every z, finds the first one that is inf, and sets it beside the student's `prediction` (written before
+    measuring). Raw material, not a bare number: the answer is recomputed from the student's own list.
+
+    Taught in: exercises/01-logits-to-probs.ipynb
+    """
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = as_prediction(prediction, "PREDICTION", 0, 10_000)
+    if logits is None or values is None:
+        fail("还没有量：logits 和 values 还是 None。对一串整数 z 逐个算 torch.exp(torch.tensor(z, dtype=torch.float32))，"
+             "把 z 的列表和结果的列表交给检查。")
+    if isinstance(logits, torch.Tensor):
+        logits = logits.tolist()
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    try:
+        logits = [int(z) for z in logits]
+        values = [float(v) for v in values]
+    except (TypeError, ValueError):
+        fail("logits 应是一串整数，values 是每个整数的 exp 结果（数或只有一个元素的 tensor）。")
+    if len(logits) != len(values) or len(logits) < 2:
+        fail(f"logits 和 values 要一一对应（至少两个），你给了 {len(logits)} 个 z 和 {len(values)} 个结果。")
+    recomputed = [float(torch.exp(torch.tensor(float(z), dtype=torch.float32))) for z in logits]
+    for z, mine, right in zip(logits, values, recomputed):
+        same = (math.isinf(mine) and math.isinf(right)) or math.isclose(mine, right, rel_tol=1e-6)
+        if not same:
+            if math.isfinite(mine) and math.isinf(right):
+                fail(f"z = {z} 时你记下的结果是有限的 {mine:.4g}，float32 里它是 inf：你是不是用了 float64"
+                     "（Python 的 math.exp 和 float64 张量能算到 709）？用 dtype=torch.float32。")
+            fail(f"z = {z} 时你记下的结果 {mine:.6g} 不是 float32 的 exp(z)。values 要是 torch.exp 在 float32 下真的算出的值。")
+    overflowed = [z for z, v in zip(logits, recomputed) if math.isinf(v)]
+    finite = [z for z, v in zip(logits, recomputed) if math.isfinite(v)]
+    if not overflowed:
+        fail("你试的 z 里没有一个让 exp 溢出：再往大试一些。")
+    if not finite or max(finite) + 1 != min(overflowed):
+        fail("你的 z 里还找不到“最后一个有限、下一个就是 inf”的那一对：把范围缩小，逐个整数地试。")
+    first = min(overflowed)
+    passed(f"{compare_prediction(guess, first, '{:g}')}：float32 里 exp(z) 在 z = {first} 第一次变成 inf。"
+           f"float32 最大约 3.4 × 10^38，ln(3.4 × 10^38) ≈ 88.7，所以 logits 只要超过 88 左右就会溢出；"
+           "减去每一行的最大值之后 exp 的参数都 ≤ 0，结果才永远有限。"
+           "如果你的预测差得远，想一想：你是按“很大的数”猜的，还是按 float32 能表示的最大值推的？")

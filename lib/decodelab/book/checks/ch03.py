@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from decodelab.book.checks import call_student, expect_tensor, fail, passed
+from decodelab.book.checks import NO_PREDICTION, call_student, expect_tensor, fail, passed
 from decodelab.decoding.generate import generate
 from decodelab.sampling.sampler import SamplingParams, process_logits
 from decodelab.measure.repetition import ending_loop as _ending_loop
@@ -302,18 +302,22 @@ def _ranks(k: int, texts: list[str]) -> tuple[float, float, float, int]:
     return share(outside), share(not_first), share(at_k), unknown
 
 
-def check_loop_rate(k: int, texts, num_prompts: int | None = None) -> None:
+def check_loop_rate(k: int, texts, num_prompts: int | None = None, prediction=NO_PREDICTION) -> None:
     """Check a measured loop rate from the student's own continuations: `texts[i]` is tiny-zh-doc's continuation
     of `loop_prompts(len(texts))[i]`, decoded with `SamplingParams(top_k=k, max_tokens=256)`.
 
     The check recomputes the loop rate from `texts` (`loop_rate`: the share that ends in a repeated phrase), confirms
     that the texts are top-k continuations of those prompts (each token among the model's k most likely there), and
     accepts a rate within max(0.1, 2 sqrt(p (1 - p) / n)) of the library's own rate p (prompt i with seed i), so any
-    seeds pass. A failure names which way the student's rate is off, never the reference; a pass shows it.
+    seeds pass. A failure names which way the student's rate is off, never the reference; a pass shows it, beside
+    the student's `prediction` (the loop rate they wrote down before measuring) when one is given.
 
     Taught in: exercises/03-strategies.ipynb
     """
+    from decodelab.book.checks import as_prediction, compare_prediction
+
     k = _as_top_k(k)
+    guess = None if prediction is NO_PREDICTION else as_prediction(prediction, "PREDICTION", 0, 1)
     if num_prompts is not None:
         check_int(num_prompts, "num_prompts")
     texts = _as_texts(texts, num_prompts)
@@ -346,7 +350,10 @@ def check_loop_rate(k: int, texts, num_prompts: int | None = None) -> None:
         passed(f"你的 {num_prompts} 条续写里，{sum(_ending_loop(t) is not None for t in texts)} 条以循环结尾，"
                f"循环率 {rate:.2f}；k = {k} 时参考循环率是 {reference:.2f}（提示 i 用 seed i，max_tokens=256），"
                f"容许范围 ±{tolerance:.2f}。换了 seed 数字会变：{num_prompts} 个提示的抽样误差约 2·√(p(1−p)/n)，"
-               "检查至少容许 ±0.1。")
+               "检查至少容许 ±0.1。"
+               + (f"\n{compare_prediction(guess, rate, '{:.2f}')}。greedy 几乎每次都循环，纯采样几乎从不："
+                  "你的预测落在哪一边？想一想 top-k 在一句已经重复过的话后面，把它原样再写一遍的概率是多少。"
+                  if guess is not None else ""))
         return
     direction = "偏低" if rate < reference else "偏高"
     fail(f"从你的续写数出来的循环率是 {rate:.2f}，比 k = {k} 时应有的{direction}，超出了抽样误差。"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from decodelab.book.checks import MODEL_TIME_LIMIT_S, CheckFailed, call_student, close, expect_tensor, fail, passed
+from decodelab.book.checks import MODEL_TIME_LIMIT_S, NO_PREDICTION, CheckFailed, call_student, close, expect_tensor, fail, passed
 
 # the library's own loops: they raise while the student's greedy_generate runs
 GREEDY_FORBIDDEN = ("decodelab.decoding.generate.generate", "decodelab.decoding.beam.beam_search")
@@ -122,7 +122,8 @@ def check_greedy_with_cache(fn: Callable, model=None, input_ids: torch.Tensor | 
         fail(f"你只返回了新生成的 {max_new_tokens} 个 token：请返回整个序列 torch.cat([input_ids, new_tokens], dim=1)，"
              f"形状 [{batch}, {prompt_len + max_new_tokens}]。")
     if tuple(out.shape) != tuple(expected.shape):
-        fail(f"输出形状应为 {list(expected.shape)}（提示 + {max_new_tokens} 个新 token），实际是 {list(out.shape)}。")
+        fail(f"输出形状应为 [{batch}, {prompt_len} + {max_new_tokens}]（提示 + {max_new_tokens} 个新 token），"
+             f"实际是 {list(out.shape)}。")
     if out.is_floating_point():
         fail(f"输出应是整数 token id（dtype torch.long），实际 dtype 是 {out.dtype}。")
     if not torch.equal(out[:, :prompt_len], input_ids):
@@ -253,16 +254,19 @@ def _pooled(counts: dict[str, np.ndarray]) -> float:
 
 
 def check_later_error_rate(temperature: float, clean_judged, wrong_judged,
-                           later_error_rate: Callable | None = None) -> None:
+                           later_error_rate: Callable | None = None, prediction=NO_PREDICTION) -> None:
     """Check the student's measurement after the forced position at `temperature`: `clean_judged` (nothing forced)
     and `wrong_judged` (the forced wrong character) are the lists `continue_and_judge(..., max_tokens=50, seed=...)`
     returned for the 100 exercise documents. The check recomputes each error rate (errors / judged characters,
     pooled) from the records, and, given the student's `later_error_rate`, runs it on them too. Accepted: the
     library's own measurement ± max(0.002, three bootstrap standard errors), so another seed passes too. A failure
-    may say which way a rate is off (it is computed from the student's records), never the reference.
+    may say which way a rate is off (it is computed from the student's records), never the reference. A pass
+    sets the measured gap (wrong − clean, percentage points) beside the student's `prediction` of it.
     """
+    from decodelab.book.checks import as_prediction, compare_prediction
     from decodelab.sampling.sampler import SamplingParams
 
+    guess = None if prediction is NO_PREDICTION else as_prediction(prediction, "PREDICTION", -100, 100)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 3:
         fail(f"TEMPERATURE 应是 0（greedy）到 3 之间的一个数，你给的是 {temperature!r}。")
     try:
@@ -317,4 +321,7 @@ def check_later_error_rate(temperature: float, clean_judged, wrong_judged,
     (clean_ref, clean_tol), (wrong_ref, wrong_tol) = expected["clean_judged"], expected["wrong_judged"]
     passed(f"T = {temperature:g}：从你的记录数出对照 {clean_rate:.2%}、错字之后 {wrong_rate:.2%}，在库的测量范围内"
            f"（{clean_ref:.2%} ± {100 * clean_tol:.2f} 和 {wrong_ref:.2%} ± {100 * wrong_tol:.2f} 个百分点）。"
-           f"库的 100 篇文档上，错字 − 对照的 95% 区间是 [{low:+.2f}, {high:+.2f}] 个百分点；{verdict}。")
+           f"库的 100 篇文档上，错字 − 对照的 95% 区间是 [{low:+.2f}, {high:+.2f}] 个百分点；{verdict}。"
+           + (f"\n差（错字 − 对照，百分点）：{compare_prediction(guess, 100 * (wrong_rate - clean_rate), '{:+.2f}')}。"
+              "预测和结果差得多，说明你心里的“滚雪球”比模型真实的行为强：这个模型的句子语法在句末重新开始，"
+              "一个错字之后，它下一句照样按自己学到的分布写。" if guess is not None else ""))

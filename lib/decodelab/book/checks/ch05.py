@@ -9,7 +9,7 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 
-from decodelab.book.checks import call_student, fail, passed
+from decodelab.book.checks import NO_PREDICTION, call_student, fail, passed
 
 _RATES = [0.01, 0.02, 0.05, 0.0, 0.1]
 
@@ -122,16 +122,20 @@ def _as_records(value, name: str) -> list[list[tuple[int, str, float]]]:
     return [list(doc) for doc in value]
 
 
-def check_hazard_gap(temperature: float, data_records, own_records) -> None:
+def check_hazard_gap(temperature: float, data_records, own_records, prediction=NO_PREDICTION) -> None:
     """Check a measurement of tiny-zh-doc-small at `temperature` from the student's raw records: `data_records[i]`
     and `own_records[i]` are `hazards(...)`'s (position, status, hazard) triples after the first sentence of document
     i, on the document itself and on the model's own continuation of that sentence. The check pools them itself (all
     positions of the documents; the "clean" positions of the continuations) and compares with the stored run: the data
     hazard is deterministic, the own hazard depends on the samples, so it is accepted in a range. A failure may say
-    which way a mean is off (it is the student's own), never the reference; a pass shows it."""
+    which way a mean is off (it is the student's own), never the reference; a pass shows it, and the measured gap
+    (own − data) beside the student's `prediction` of it."""
     from decodelab.measure.dagger import first_sentence
     from decodelab.toy.documents import DocumentLanguage
 
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = None if prediction is NO_PREDICTION else as_prediction(prediction, "PREDICTION", -1, 1)
     if temperature not in HAZARD_REFERENCE:
         fail(f"temperature 应是 {sorted(HAZARD_REFERENCE)} 之一（脚本只为这几个温度存了参考值），你给的是 {temperature!r}。")
     data, own = _as_records(data_records, "data_records"), _as_records(own_records, "own_records")
@@ -170,4 +174,7 @@ def check_hazard_gap(temperature: float, data_records, own_records) -> None:
            f"（脚本的参考值 {ref['own_clean']:.4f} 和 {ref['data']:.4f}，差的 95% 区间 "
            f"[{ref['gap_low']:+.4f}, {ref['gap_high']:+.4f}]）。区间"
            f"{'不含' if ref['gap_low'] > 0 or ref['gap_high'] < 0 else '包含'} 0："
-           "比较不同温度下这个差的符号和大小，想一想它量的是“没见过的前缀”，还是“模型偏爱的前缀”。")
+           "比较不同温度下这个差的符号和大小，想一想它量的是“没见过的前缀”，还是“模型偏爱的前缀”。"
+           + (f"\n差（自己 − 真实）：{compare_prediction(guess, gap, '{:+.4f}')}。如果你预测自己的前缀上 hazard 明显更高，"
+              "那是 exposure bias 的标准说法；量出来的差很小甚至为负，说明模型自己写出的无错前缀正是它偏爱的那些。"
+              if guess is not None else ""))

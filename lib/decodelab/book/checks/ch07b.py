@@ -6,6 +6,7 @@ Taught in: chapters/07b-speculative-decoding.ipynb, exercises/07b-speculative-de
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -92,3 +93,54 @@ def check_speculative_step(accepts: Callable[[float, float, float], bool],
         if not torch.allclose(out, p, atol=3e-3):
             fail(f"合在一起，输出分布是 {_fmt(out)}，目标分布是 {_fmt(p)}。")
     passed("接受概率 min(1, p/q) 与残差分布 max(0, p − q) 归一化都对：一个被检验的位置输出的 token 恰好服从目标分布 p。")
+
+
+# ---- exercise 7b.2 (predict, then measure): the acceptance rate a draft gets ---------------------------------------
+
+# One position's distributions over 6 tokens: the draft q overrates tokens 0 and 3, the target p likes 1 and 2.
+ACCEPT_P = torch.tensor([0.10, 0.30, 0.25, 0.05, 0.20, 0.10], dtype=torch.float64)
+ACCEPT_Q = torch.tensor([0.30, 0.15, 0.15, 0.25, 0.10, 0.05], dtype=torch.float64)
+MIN_DRAWS = 2000
+
+
+def check_acceptance_rate(prediction, records) -> None:
+    """Check the student's simulation of one speculative position: `records` holds one (x, u, accepted) per draw,
+    x drawn from ACCEPT_Q, u uniform in [0, 1), `accepted` what the student's acceptance test said. The check
+    confirms the records (x follows q, u is uniform, each verdict is u < p(x)/q(x)), recomputes the acceptance rate
+    from them and sets it beside the student's `prediction` and the exact 1 - TV(p, q) = sum_x min(p(x), q(x)).
+
+    Taught in: exercises/07b-speculative-decoding.ipynb
+    """
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = as_prediction(prediction, "PREDICTION", 0, 1)
+    if records is None:
+        fail("还没有量：records 还是 None。按 q 抽 token x、抽一个均匀的 u，用你的 accepts 判断，每次记下 (x, u, accepted)。")
+    try:
+        rows = [(int(x), float(u), bool(a)) for x, u, a in records]
+    except (TypeError, ValueError):
+        fail("records 里每一项应是三元组 (x, u, accepted)：token 下标、均匀随机数、是否接受。")
+    if len(rows) < MIN_DRAWS:
+        fail(f"只有 {len(rows)} 次模拟：至少 {MIN_DRAWS} 次，接受率的抽样误差才够小（约 1 个百分点）。")
+    n, vocab = len(rows), len(ACCEPT_Q)
+    if any(not 0 <= x < vocab for x, _, _ in rows):
+        fail(f"records 里有 token 下标不在 0 … {vocab - 1} 之间。")
+    counts = torch.bincount(torch.tensor([x for x, _, _ in rows]), minlength=vocab).double()
+    spread = (ACCEPT_Q * (1 - ACCEPT_Q) * n).sqrt()
+    if bool(((counts - ACCEPT_Q * n).abs() > 5 * spread + 1).any()):
+        if bool(((counts - ACCEPT_P * n).abs() <= 5 * (ACCEPT_P * (1 - ACCEPT_P) * n).sqrt() + 1).all()):
+            fail("你的 x 是按目标分布 p 抽的：draft 提议的 token 来自 draft 的分布 q，x 要按 ACCEPT_Q 抽。")
+        fail("你的 x 的频率和 q 对不上：x 要按 ACCEPT_Q 抽（torch.multinomial(ACCEPT_Q, ...)）。")
+    us = torch.tensor([u for _, u, _ in rows], dtype=torch.float64)
+    if bool(((us < 0) | (us >= 1)).any()) or abs(float(us.mean()) - 0.5) > 5 * math.sqrt(1 / 12 / n):
+        fail("u 应是 [0, 1) 上的均匀随机数（torch.rand），你的 u 不像：有的超出范围，或者平均值离 0.5 太远。")
+    for x, u, accepted in rows:
+        if accepted != (u < float(ACCEPT_P[x] / ACCEPT_Q[x])):
+            fail(f"有一次 x = {x}、u = {u:.4f} 的判断不对：接受当且仅当 u < p(x)/q(x)。先让练习 7b.1 的检查通过。")
+    measured = sum(a for _, _, a in rows) / n
+    exact = float(torch.minimum(ACCEPT_P, ACCEPT_Q).sum())
+    tv = 1 - exact
+    passed(f"{compare_prediction(guess, measured)}；精确值是 1 − TV(p, q) = Σ min(p, q) = {exact:.3f}"
+           f"（TV = {tv:.3f}，{n} 次模拟的抽样误差约 ±{2 * math.sqrt(exact * (1 - exact) / n):.3f}）。"
+           "每个 token 被接受的概率是 q(x)·min(1, p/q) = min(p, q)，加起来就是 1 − TV：draft 和目标越像，接受越多。"
+           "如果你的预测偏高，多半是只看了 draft 最爱的那个 token；偏低，多半是忘了 p ≥ q 的 token 一定接受。")
