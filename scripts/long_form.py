@@ -9,8 +9,10 @@ once per strategy, up to `MAX_TOKENS` tokens. Writes chapters/data/03-long-form.
   over texts; jackknife for the statistics of a whole set);
 - `sweeps`: perplexity, grammaticality and loop rate against T, k and p (the idea of the paper's Figures 6-7);
 - `tail`: for p up to 0.999 at T = 1 and 1.3, the impossible mass the truncation admits at teacher-forced positions;
-- `spread`: distinct next sentences among 20 samples of one prompt at T = 0.7, 1, 1.3 against the truth's own;
-- `reinforcement`: the model's probability of a sentence after it has been repeated k times (the paper's Figure 4);
+- `spread`: distinct next sentences among 20 samples of one prompt at T = 0, 0.3, 0.7, 1, 1.3 against the truth's
+  own, and a graded measure that does not saturate: the share of the 190 pairs of samples whose first sentences agree;
+- `reinforcement`: the model's probability of a sentence after it has been repeated k times (the paper's Figure 4),
+  and the paired difference k = 8 minus k = 0 on the same prompts against a margin fixed in advance (REINFORCEMENT_MARGIN);
 - `penalties`: repetition, frequency, presence penalties and no-repeat-n-gram on greedy decoding;
 - `examples`: a greedy and a beam continuation of one prompt.
 
@@ -25,6 +27,7 @@ Taught in: chapters/03-strategies.ipynb
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import json
 import math
 import re
@@ -66,7 +69,13 @@ SWEEPS = {"temperature": [0.3, 0.5, 0.7, 0.9, 1.0, 1.2, 1.5, 2.0],
           "top_p": [0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 0.999]}
 TAIL_P = [0.9, 0.95, 0.99, 0.995, 0.999, 1.0]
 TAIL_T = [1.0, 1.3]
-SPREAD_T = [0.7, 1.0, 1.3]
+SPREAD_T = [0.0, 0.3, 0.7, 1.0, 1.3]
+SPREAD_T_TABLE = [0.7, 1.0, 1.3]   # the temperatures of `spread["model"]`; `distinct` holds all of SPREAD_T
+# Self-reinforcement "of the size the paper reports" means the per-token probability of the repeated sentence rises by
+# tens of points (Xu et al. 2022, Figure 4, climbs towards 1 within a few repeats); a paired rise whose whole 95%
+# interval stays under 0.01 (one point of per-token probability) is read as no reinforcement of that kind. Fixed
+# before the paired run.
+REINFORCEMENT_MARGIN = 0.01
 PENALTIES: list[tuple[str, dict]] = [
     ("greedy", {}),
     ("repetition 1.2", {"repetition_penalty": 1.2}),
@@ -217,22 +226,37 @@ def tail(model, tokenizer, lang, docs: list[str]) -> list[dict]:
     return out
 
 
+def agreement(sentences: list[str]) -> float:
+    """The share of pairs of `sentences` that are equal: an estimate of the chance two samples agree."""
+    pairs = len(sentences) * (len(sentences) - 1) // 2
+    return sum(n * (n - 1) // 2 for n in Counter(sentences).values()) / pairs
+
+
 def spread(model, tokenizer, lang, prompts: list[str], samples: int = 20) -> dict:
-    """Distinct first sentences among `samples` continuations of each prompt, model vs truth."""
-    out = {"samples": samples, "prompts": len(prompts), "model": {}, "truth": None}
+    """Distinct first sentences among `samples` continuations of each prompt, and the share of pairs that agree,
+    model vs truth (means over prompts, bootstrap intervals over prompts)."""
+    out = {"samples": samples, "prompts": len(prompts), "model": {}, "truth": None, "distinct": {}, "agreement": {}}
     for temperature in SPREAD_T:
-        counts = []
+        counts, agree = [], []
         for i, prompt in enumerate(prompts):
             params = [SamplingParams(temperature=temperature, max_tokens=40, seed=1000 * i + j) for j in range(samples)]
-            firsts = {first_sentence(c.text) for c in generate(model, tokenizer, [prompt] * samples, params)}
-            counts.append(len(firsts))
-        out["model"][str(temperature)] = {"mean": float(np.mean(counts)), "ci": interval(np.array(counts, float))}
-    truth = [len(set(lang.sample_sentences(lang.protagonist(p), samples, seed=i))) for i, p in enumerate(prompts)]
+            firsts = [first_sentence(c.text) for c in generate(model, tokenizer, [prompt] * samples, params)]
+            counts.append(len(set(firsts)))
+            agree.append(agreement(firsts))
+        distinct = {"mean": float(np.mean(counts)), "ci": interval(np.array(counts, float))}
+        out["distinct"][str(temperature)] = distinct
+        if temperature in SPREAD_T_TABLE:                   # the chapter's first table (kept as it was)
+            out["model"][str(temperature)] = distinct
+        out["agreement"][str(temperature)] = {"mean": float(np.mean(agree)), "ci": interval(np.array(agree))}
+    truth_sentences = [lang.sample_sentences(lang.protagonist(p), samples, seed=i) for i, p in enumerate(prompts)]
+    truth = [len(set(s)) for s in truth_sentences]
     out["truth"] = {"mean": float(np.mean(truth)), "ci": interval(np.array(truth, float))}
+    truth_agree = np.array([agreement(list(s)) for s in truth_sentences])
+    out["agreement"]["truth"] = {"mean": float(truth_agree.mean()), "ci": interval(truth_agree)}
     out["example_prompt"] = prompts[0]
     out["example"] = {str(t): sorted({first_sentence(c.text) for c in generate(
         model, tokenizer, [prompts[0]] * 8,
-        [SamplingParams(temperature=t, max_tokens=40, seed=j) for j in range(8)])}) for t in SPREAD_T}
+        [SamplingParams(temperature=t, max_tokens=40, seed=j) for j in range(8)])}) for t in SPREAD_T_TABLE}
     return out
 
 
@@ -242,7 +266,7 @@ def reinforcement(model, tokenizer, lang, prompts: list[str], repeats: int = 8) 
 
     S is the sentence greedy decoding writes first after each prompt; the truth's probability of S does not change
     with k (sentences are independent given the protagonist), and is reported beside it."""
-    model_curve, true_curve = [], []
+    model_curve, true_curve, first, last = [], [], None, None
     sentences = [first_sentence(c.text) for c in generate(
         model, tokenizer, prompts, SamplingParams(temperature=0.0, max_tokens=40))]
     for k in range(repeats + 1):
@@ -250,9 +274,19 @@ def reinforcement(model, tokenizer, lang, prompts: list[str], repeats: int = 8) 
         scores = continuation_log_probs(model, tokenizer, contexts, sentences, [False] * len(prompts))
         per_token = np.array([math.exp(sc.log_prob / sc.num_tokens) for sc in scores])
         model_curve.append({"k": k, "mean": float(per_token.mean()), "ci": interval(per_token)})
+        first = per_token if k == 0 else first
+        last = per_token
         truth = [true_log_prob(lang, c, s, ended=False) for c, s in zip(contexts, sentences)]
         true_curve.append(float(np.mean([math.exp(t / len(s)) for t, s in zip(truth, sentences)])))
-    return {"model": model_curve, "truth": true_curve, "example_sentence": sentences[0]}
+    diff = last - first                                    # per prompt: k = repeats minus k = 0, paired
+    low, high = interval(diff)
+    verdict = ("no reinforcement of the paper's size (inside the margin)" if -REINFORCEMENT_MARGIN < low
+               and high < REINFORCEMENT_MARGIN else "a rise beyond the margin" if low >= REINFORCEMENT_MARGIN
+               else "inconclusive against the margin")
+    return {"model": model_curve, "truth": true_curve, "example_sentence": sentences[0],
+            "paired_last_minus_first": {"k": repeats, "mean": float(diff.mean()), "ci": [low, high],
+                                        "rises": int((diff > 0).sum()), "prompts": len(diff),
+                                        "margin": REINFORCEMENT_MARGIN, "verdict": verdict}}
 
 
 def penalties(model, tokenizer, lang, prompts) -> dict:
