@@ -20,7 +20,7 @@ STARTERS = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("*.ipynb"))
 CHECKS = sorted((ROOT / "lib" / "decodelab" / "book" / "checks").glob("*.py"))
 INVESTIGATIVE = {"01-logits-to-probs", "03-strategies", "04-autoregressive", "05-exposure-bias",
-                 "07b-speculative-decoding"}  # the exercises that ask for a prediction before measuring
+                 "07b-speculative-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
 
 
 def _cells(path: Path) -> list[dict]:
@@ -202,3 +202,36 @@ def test_acceptance_rate_needs_honest_records(args, hint, capsys):
     with pytest.raises(CheckFailed, match=re.escape(hint)):
         check_acceptance_rate(*args)
     assert "0.600" not in capsys.readouterr().out
+
+
+# ---- exercise 7e.2 (predict, then measure): how pass@n grows with n ----------------------------------------------
+
+from decodelab.book.checks.ch07e import check_pass_at_n_growth  # noqa: E402
+
+
+def _trials(n=2000, seed=0, p=0.2):
+    return (torch.rand(n, 10, generator=torch.Generator().manual_seed(seed)) < p).tolist()
+
+
+def test_pass_at_n_growth_is_recomputed_from_the_trials(capsys):
+    trials = _trials()
+    check_pass_at_n_growth(0.3, trials)
+    out = capsys.readouterr().out
+    measured = sum(any(row) for row in trials) / len(trials)
+    assert f"你预测 0.300，量到 {measured:.3f}" in out and "1 − (1 − p)^n = 0.893" in out and "n=1: 0.2" in out
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    ((None, _trials()), "先写下你的预测"),
+    ((0.5, None), "还没有量"),
+    ((0.5, _trials(n=100)), "至少 1000 道"),
+    ((0.5, [row[:5] for row in _trials()]), "正好 10 个样本"),
+    ((0.5, _trials(p=0.5)), "对不上"),
+    ((0.5, [[v] * 10 for v in (torch.rand(2000, generator=torch.Generator().manual_seed(0)) < 0.2).tolist()]),
+     "同一道题的样本全都一样"),
+    ((0.5, 0.893), "一道题的 10 个判定"),
+])
+def test_pass_at_n_growth_needs_honest_trials(args, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_pass_at_n_growth(*args)
+    assert "0.893" not in capsys.readouterr().out

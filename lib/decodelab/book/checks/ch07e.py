@@ -10,6 +10,8 @@ import itertools
 import math
 from collections.abc import Callable
 
+import torch
+
 from decodelab.book.checks import CheckFailed, call_student, fail, passed
 
 _SMALL = [(5, 2, 1), (5, 2, 2), (10, 3, 4), (16, 4, 4), (8, 1, 3), (3, 0, 2), (6, 6, 6), (4, 3, 2), (7, 2, 7)]
@@ -96,3 +98,49 @@ def check_pass_at_k(pass_at_k: Callable[[int, int, int], float]) -> None:
     passed(f"pass@k 估计正确：小例子与穷举所有 k 子集一致，大数不溢出，n − c < k 时为 1，k > n 时报错。"
            f"每个样本对的概率 p = {p}、n = {n}、k = {k} 时，真值 1 − (1 − p)^k = {1 - (1 - p) ** k:.4f}；"
            f"你的估计量的期望 = {mean_estimate:.4f}（无偏），plug-in 1 − (1 − c/n)^k 的期望 = {mean_plug_in:.4f}（偏低）。")
+
+
+# ---- exercise 7e.2 (predict, then measure): how pass@n grows with n ------------------------------------------------
+
+GROWTH_P = 0.2  # each sample is right with this probability, independently
+GROWTH_N = 10
+MIN_TRIALS = 1000
+
+
+def check_pass_at_n_growth(prediction, trials) -> None:
+    """Check the student's simulation of best-of-n with a perfect verifier: `trials[t]` holds the GROWTH_N verdicts
+    (True = right) of one problem's samples, each right with probability GROWTH_P. The check confirms the verdicts
+    look like independent draws, recomputes pass@n for n = 1 .. GROWTH_N (at least one right among the first n), and
+    sets pass@GROWTH_N beside the student's `prediction` and the exact 1 - (1 - p)^n.
+
+    Taught in: exercises/07e-best-of-n.ipynb
+    """
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = as_prediction(prediction, "PREDICTION", 0, 1)
+    if trials is None:
+        fail(f"还没有量：trials 还是 None。模拟至少 {MIN_TRIALS} 道题，每道题 {GROWTH_N} 个样本，"
+             f"每个样本以概率 {GROWTH_P} 是对的（torch.rand(...) < {GROWTH_P}），每道题记下 {GROWTH_N} 个 True/False。")
+    try:
+        rows = [[bool(v) for v in row] for row in trials]
+    except TypeError:
+        fail(f"trials 里每一项应是一道题的 {GROWTH_N} 个判定（True = 对）。")
+    if len(rows) < MIN_TRIALS:
+        fail(f"只有 {len(rows)} 道题：至少 {MIN_TRIALS} 道，pass@n 的抽样误差才够小。")
+    if any(len(row) != GROWTH_N for row in rows):
+        fail(f"每道题要正好 {GROWTH_N} 个样本的判定。")
+    verdicts = torch.tensor(rows, dtype=torch.float64)  # [trials, n]
+    total = verdicts.numel()
+    share = float(verdicts.mean())
+    if abs(share - GROWTH_P) > 5 * math.sqrt(GROWTH_P * (1 - GROWTH_P) / total):
+        fail(f"你的样本里对的比例是 {share:.3f}，和每个样本对的概率 {GROWTH_P} 对不上：每个判定要独立地以概率 {GROWTH_P} 为 True。")
+    first = verdicts[:, 0]
+    if float(((verdicts - first[:, None]).abs().sum())) == 0:
+        fail("同一道题的样本全都一样：每个样本要各自独立地抽，不是每道题抽一次再复制。")
+    curve = [float((verdicts[:, :n].sum(dim=1) > 0).double().mean()) for n in range(1, GROWTH_N + 1)]
+    exact = 1 - (1 - GROWTH_P) ** GROWTH_N
+    shown = "，".join(f"n={n}: {v:.2f}" for n, v in zip((1, 2, 5, GROWTH_N), (curve[0], curve[1], curve[4], curve[-1])))
+    passed(f"pass@{GROWTH_N}：{compare_prediction(guess, curve[-1])}；精确值 1 − (1 − p)^n = {exact:.3f}。"
+           f"从你的 {len(rows)} 道题数出的增长：{shown}。每多一个样本，只有前面全错的题才可能被它救回来，"
+           "所以增长先快后慢，向 1 饱和；把 n 个样本的机会“加起来”（n·p = 2）会高估，只看一个样本又会低估。"
+           "如果不同题的 p 不一样（难题的 p 接近 0），对题目平均的曲线会平得更早。")
