@@ -20,7 +20,7 @@ STARTERS = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("*.ipynb"))
 CHECKS = sorted((ROOT / "lib" / "decodelab" / "book" / "checks").glob("*.py"))
 INVESTIGATIVE = {"01-logits-to-probs", "03-strategies", "04-autoregressive", "05-exposure-bias",
-                 "07b-speculative-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
+                 "07-paged-attention", "07b-speculative-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
 
 
 def _cells(path: Path) -> list[dict]:
@@ -235,3 +235,41 @@ def test_pass_at_n_growth_needs_honest_trials(args, hint, capsys):
     with pytest.raises(CheckFailed, match=re.escape(hint)):
         check_pass_at_n_growth(*args)
     assert "0.893" not in capsys.readouterr().out
+
+
+# ---- exercise 7.4 (predict, then measure): sequences that fit with and without paging ------------------------------
+
+from decodelab.book.checks.ch07 import POOL_BLOCKS, SEQUENCE_LENGTHS, check_paged_fit  # noqa: E402
+
+
+def _blocks(round_up=True):
+    return [-(-n // 16) if round_up else n // 16 for n in SEQUENCE_LENGTHS]
+
+
+def _fit(blocks):
+    used = admitted = 0
+    for b in blocks:
+        if used + b > POOL_BLOCKS:
+            break
+        used, admitted = used + b, admitted + 1
+    return admitted
+
+
+def test_paged_fit_sets_the_count_beside_the_prediction_and_the_contiguous_count(capsys):
+    check_paged_fit(12, _blocks(), _fit(_blocks()))
+    out = capsys.readouterr().out
+    assert f"分页时放得下 {_fit(_blocks())} 条：你预测 12" in out and "只放得下 4 条" in out
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    ((None, _blocks(), 7), "先写下你的预测"),
+    ((5, None, None), "还没有量"),
+    ((5, _blocks(round_up=False), _fit(_blocks(round_up=False))), "要向上取整"),
+    ((5, _blocks()[:10], 7), "应有 40 项"),
+    ((5, _blocks(), _fit(_blocks()) + 1), "放得下的不是"),
+    ((5, _blocks(), 4.0), "应是一个整数"),
+])
+def test_paged_fit_needs_the_students_counts(args, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_paged_fit(*args)
+    assert "通过" not in capsys.readouterr().out

@@ -174,3 +174,56 @@ def check_online_softmax(fn: Callable) -> None:
              f"{[round(x, 4) for x in out.tolist()]}。按顺序：m' = max(m, max s_j)；w_j = exp(s_j − m')；"
              "acc' = acc · exp(m − m') + Σ w_j v_j；l' = l · exp(m − m') + Σ w_j。")
     passed("online softmax 正确：每读一块就用 exp(m − m') 缩放旧状态，再加上这一块，读完后 acc / l 等于完整的 softmax 加权。")
+
+
+# ---- exercise 7.4 (predict, then measure): sequences that fit in a KV budget with and without paging ---------------
+
+POOL_BLOCKS = 64  # the KV pool: 64 blocks of 16 slots = 1024 token slots
+BLOCK_SIZE = 16
+MAX_MODEL_LEN = 256  # without paging, each sequence reserves this many contiguous slots up front
+SEQUENCE_LENGTHS = [int(x) for x in torch.randint(20, 201, (40,), generator=torch.Generator().manual_seed(7))]
+
+
+def check_paged_fit(prediction, blocks_needed, admitted) -> None:
+    """Check the student's count of how many of SEQUENCE_LENGTHS (in order) fit at once in POOL_BLOCKS blocks of
+    BLOCK_SIZE slots when each sequence holds only the blocks it needs: `blocks_needed[i]` is the student's block
+    count for sequence i and `admitted` how many sequences, from the first, fit. The check recomputes both and sets
+    the paged count beside the student's `prediction` and the contiguous count (each sequence reserving
+    MAX_MODEL_LEN slots).
+
+    Taught in: exercises/07-paged-attention.ipynb
+    """
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = as_prediction(prediction, "PREDICTION", 0, len(SEQUENCE_LENGTHS))
+    if blocks_needed is None or admitted is None:
+        fail("还没有量：blocks_needed 和 admitted 还是 None。先算每条序列要几个块，再从第一条起依次放进池子，数一数放得下几条。")
+    try:
+        blocks = [int(b) for b in blocks_needed]
+    except (TypeError, ValueError):
+        fail("blocks_needed 应是一个整数列表：SEQUENCE_LENGTHS 里每条序列要几个块。")
+    if len(blocks) != len(SEQUENCE_LENGTHS):
+        fail(f"blocks_needed 应有 {len(SEQUENCE_LENGTHS)} 项（每条序列一项），你给了 {len(blocks)} 项。")
+    right = [-(-n // BLOCK_SIZE) for n in SEQUENCE_LENGTHS]
+    for i, (mine, n) in enumerate(zip(blocks, SEQUENCE_LENGTHS)):
+        if mine == right[i]:
+            continue
+        if mine == n // BLOCK_SIZE:
+            fail(f"第 {i} 条序列有 {n} 个 token，你算成 {mine} 块：向下取整会丢掉最后不满的一块，要向上取整（-(-n // B)）。")
+        fail(f"第 {i} 条序列有 {n} 个 token，你算成 {mine} 块。块数 = ⌈token 数 / 每块槽位数⌉。")
+    if isinstance(admitted, bool) or not isinstance(admitted, int):
+        fail(f"admitted 应是一个整数（放得下的序列条数），你给的是 {admitted!r}。")
+    used, fit = 0, 0
+    for b in right:
+        if used + b > POOL_BLOCKS:
+            break
+        used, fit = used + b, fit + 1
+    if admitted != fit:
+        fail(f"按你算出的块数，从第一条起依次放，放得下的不是 {admitted} 条：把 blocks_needed 逐条加起来，"
+             f"加到超过 {POOL_BLOCKS} 块之前停下（用你的代码数，不要猜）。")
+    contiguous = POOL_BLOCKS * BLOCK_SIZE // MAX_MODEL_LEN
+    waste = sum(b * BLOCK_SIZE - n for b, n in zip(right[:fit], SEQUENCE_LENGTHS[:fit]))
+    passed(f"分页时放得下 {fit} 条：{compare_prediction(guess, fit, '{:g}')}。不分页、每条预留 {MAX_MODEL_LEN} 个槽位时只放得下 "
+           f"{contiguous} 条。分页后每条序列只浪费最后一块里没用的槽位（这 {fit} 条一共 {waste} 个，"
+           f"不到 {BLOCK_SIZE} 个一条）；预留整段最大长度则把每条没写满的部分都占着。"
+           "预测偏低，多半是按最大长度而不是实际长度估的；偏高，多半是忘了每条都要向上取整到整块。")
