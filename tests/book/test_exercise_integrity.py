@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTERS = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("*.ipynb"))
 CHECKS = sorted((ROOT / "lib" / "decodelab" / "book" / "checks").glob("*.py"))
-INVESTIGATIVE = {"01-logits-to-probs", "03-strategies", "04-autoregressive", "05-exposure-bias",
+INVESTIGATIVE = {"01-logits-to-probs", "02-temperature", "03-strategies", "04-autoregressive", "05-exposure-bias",
                  "07-paged-attention", "07b-speculative-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
 
 
@@ -272,4 +272,41 @@ def test_paged_fit_sets_the_count_beside_the_prediction_and_the_contiguous_count
 def test_paged_fit_needs_the_students_counts(args, hint, capsys):
     with pytest.raises(CheckFailed, match=re.escape(hint)):
         check_paged_fit(*args)
+    assert "通过" not in capsys.readouterr().out
+
+
+# ---- exercise 2.3 (predict, then measure): entropy growth from T = 1 to T = 2 on tiny-zh's contexts -------------
+
+from decodelab.book.checks.ch02 import ENTROPY_PROMPTS, check_entropy_growth  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def last_logits():
+    from decodelab.models import load_model
+
+    model, tokenizer = load_model("tiny-zh", device="cpu")
+    with torch.no_grad():
+        return torch.stack([model(input_ids=torch.tensor([tokenizer(p)["input_ids"]])).logits[0, -1]
+                            for p in ENTROPY_PROMPTS])
+
+
+def test_entropy_growth_is_recomputed_and_set_beside_the_prediction(last_logits, capsys):
+    check_entropy_growth(3.0, torch.softmax(last_logits, -1), torch.softmax(last_logits / 2, -1))
+    out = capsys.readouterr().out
+    h = [float((-torch.xlogy(p, p).sum(-1)).mean()) for p in (torch.softmax(last_logits, -1),
+                                                             torch.softmax(last_logits / 2, -1))]
+    assert f"你预测 +3.00，量到 {h[1] - h[0]:+.2f}" in out
+
+
+@pytest.mark.parametrize(("make", "hint"), [
+    (lambda x: (None, None), "还没有量"),
+    (lambda x: (torch.softmax(x, -1), torch.softmax(x * 2, -1)), "你把 logits 乘以了 T"),
+    (lambda x: (torch.softmax(x, -1), torch.softmax(x, -1)), "temperature 没有起作用"),
+    (lambda x: (torch.softmax(x, -1), torch.softmax(x, -1) / 2), "加起来不是 1"),
+    (lambda x: (torch.softmax(x[:2], -1), torch.softmax(x[:2] / 2, -1)), "应是形状 [4, V]"),
+    (lambda x: (torch.softmax(x.flip(0), -1), torch.softmax(x.flip(0) / 2, -1)), "提示是不是 ENTROPY_PROMPTS"),
+])
+def test_entropy_growth_needs_the_models_distributions(last_logits, make, hint, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        check_entropy_growth(1.0, *make(last_logits))
     assert "通过" not in capsys.readouterr().out

@@ -100,3 +100,56 @@ def check_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
 
 
 __all__ = ["CheckFailed", "ENTROPY_FORBIDDEN", "TEMPERATURE_FORBIDDEN", "check_entropy", "check_temperature_softmax"]
+
+
+# ---- exercise 2.3 (predict, then measure): how much entropy T = 2 adds on the model's own contexts -----------------
+
+ENTROPY_PROMPTS = ["小明在", "今天，", "小红喜欢吃", "我们一起去"]
+
+
+def _last_logits() -> torch.Tensor:
+    """tiny-zh's logits at the last position of each of ENTROPY_PROMPTS: [len(ENTROPY_PROMPTS), V]."""
+    from decodelab.models.load import load_model
+
+    model, tokenizer = load_model("tiny-zh", device="cpu")
+    with torch.no_grad():
+        rows = [model(input_ids=torch.tensor([tokenizer(p)["input_ids"]])).logits[0, -1] for p in ENTROPY_PROMPTS]
+    return torch.stack(rows).float()  # [P, V]
+
+
+def check_entropy_growth(prediction, probs_t1, probs_t2) -> None:
+    """Check the student's measurement of tiny-zh's next-token entropy at T = 1 and T = 2 on ENTROPY_PROMPTS:
+    `probs_t1` and `probs_t2` are the distributions [len(ENTROPY_PROMPTS), V] they computed (with their own
+    temperature softmax) at the last position of each prompt. The check recomputes the model's logits, confirms the
+    distributions are softmax(logits / T), computes the mean entropy at each T and sets the growth beside the
+    student's `prediction` of it (nats).
+
+    Taught in: exercises/02-temperature.ipynb
+    """
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = as_prediction(prediction, "PREDICTION", -20, 20)
+    if probs_t1 is None or probs_t2 is None:
+        fail("还没有量：probs_t1 和 probs_t2 还是 None。对每个提示跑一次模型，取最后一个位置的 logits，"
+             "用你的 temperature_softmax 在 T = 1 和 T = 2 下各算一次分布。")
+    logits = _last_logits()
+    for name, probs, temperature in (("probs_t1", probs_t1, 1.0), ("probs_t2", probs_t2, 2.0)):
+        if not isinstance(probs, torch.Tensor) or tuple(probs.shape) != tuple(logits.shape):
+            fail(f"{name} 应是形状 [{len(ENTROPY_PROMPTS)}, V] 的张量（每个提示一行，V = {logits.shape[1]}），"
+                 f"你给的是 {getattr(probs, 'shape', type(probs).__name__)}。")
+        probs = probs.detach().to(torch.float64)
+        if not torch.allclose(probs.sum(dim=-1), torch.ones(len(ENTROPY_PROMPTS), dtype=torch.float64), atol=1e-4):
+            fail(f"{name} 的每一行加起来不是 1：它应是概率分布。")
+        if temperature != 1 and close(probs, torch.softmax(logits * temperature, dim=-1), atol=1e-4):
+            fail(f"{name} 比 T = 1 时更尖了：你把 logits 乘以了 T。公式是 softmax(logits / T)。")
+        if close(probs, torch.softmax(logits, dim=-1), atol=1e-4) and temperature != 1:
+            fail(f"{name} 和 T = 1 时一样：temperature 没有起作用。")
+        if not close(probs, torch.softmax(logits / temperature, dim=-1), atol=1e-4):
+            fail(f"{name} 不是模型在这几个提示最后一个位置的 softmax(logits / {temperature:g})：提示是不是 ENTROPY_PROMPTS、"
+                 "模型是不是 tiny-zh、取的是不是 logits[0, -1]？")
+    entropies = [-torch.xlogy(p, p).sum(dim=-1) for p in (torch.softmax(logits, -1), torch.softmax(logits / 2, -1))]
+    h1, h2 = (float(h.mean()) for h in entropies)
+    top1 = [float(torch.softmax(logits / t, -1).amax(-1).mean()) for t in (1.0, 2.0)]
+    passed(f"熵的增长：{compare_prediction(guess, h2 - h1, '{:+.2f}')}（nats）。T = 1 时平均熵 {h1:.2f}，T = 2 时 {h2:.2f}；"
+           f"最可能的 token 平均占 {top1[0]:.2f} → {top1[1]:.2f}。T 翻倍不会让熵翻倍：它把 logits 的差距减半，"
+           "排在后面的 token 分到了更多质量；熵涨多少取决于尾巴里有多少 token、它们原来落后多远，而不是 T 本身。")
