@@ -117,3 +117,37 @@ def test_shipped_small_models_match_their_model_cards(name):
     model, tokenizer = load_model(str(ASSETS / name), device="cpu")
     texts = LANG.sample(400, seed=HELDOUT_SEED)
     assert abs(cross_entropy_per_char(model, tokenizer, texts, batch_size=32) - stated) < 0.002
+
+
+def test_at_positions_keeps_the_data_at_the_survivors_positions_only():
+    from decodelab.measure.exposure import at_positions
+    data = [(t, 0.01 * t) for t in range(10, 20)]
+    own = [(t, 0.5) for t in range(10, 14)]  # the own text erred at 13: its clean positions are 10..13
+    assert at_positions(data, own) == data[:4]
+    assert at_positions(data, []) == []
+
+
+def test_survival_weights_are_the_running_product_and_check_their_input():
+    from decodelab.measure.exposure import survival_weighted
+    rows = survival_weighted([(2, 0.2), (0, 0.5), (1, 0.0)])  # sorted by position first
+    assert [t for t, _, _ in rows] == [0, 1, 2]
+    assert [w for _, _, w in rows] == pytest.approx([1.0, 0.5, 0.5])
+    with pytest.raises(ValueError, match="hazards must be probabilities"):
+        survival_weighted([(0, 1.5)])
+
+
+def test_paired_ratio_difference_is_paired_and_checks_its_input():
+    from decodelab.measure.exposure import paired_ratio_difference
+    rng = np.random.default_rng(0)
+    counts = rng.integers(5, 50, size=300).astype(float)
+    level = rng.uniform(0.0, 0.2, size=300)  # documents differ a lot in how hard they are
+    data = level * counts
+    own = (level + 0.01) * counts  # every document's own text 0.01 worse
+    value, low, high = paired_ratio_difference(own, counts, data, counts, draws=500, seed=1)
+    assert value == pytest.approx(0.01) and 0.009 < low < high < 0.011  # pairing removes the between-document spread
+    same = paired_ratio_difference(data, counts, data, counts, draws=100, seed=2)
+    assert same == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="one length"):
+        paired_ratio_difference(own, counts, data[:3], counts)
+    with pytest.raises(ValueError, match="draws must be"):
+        paired_ratio_difference(own, counts, data, counts, draws=0)

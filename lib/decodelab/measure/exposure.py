@@ -229,3 +229,56 @@ def count_errors(lang: DocumentLanguage, text: str, ended: bool) -> int:
     steps = judge(lang, text)
     bad_end = ended and (steps[-1].status == "broken" or lang.EOS not in expert_probs(lang, steps[-1], len(text)))
     return sum(s.error for s in steps) + int(bad_end)
+
+
+def at_positions(records: Sequence[tuple[int, float]], positions: Sequence[tuple[int, float]]
+                 ) -> list[tuple[int, float]]:
+    """The records of `records` at the positions `positions` holds: a document's data hazards at exactly the
+    positions where its own continuation was still clean (matched positions, same document).
+
+    >>> at_positions([(3, 0.1), (4, 0.2), (5, 0.3)], [(4, 0.9), (5, 0.8), (6, 0.7)])
+    [(4, 0.2), (5, 0.3)]
+    """
+    keep = {t for t, _ in positions}
+    return [(t, h) for t, h in records if t in keep]
+
+
+def survival_weighted(records: Sequence[tuple[int, float]]) -> list[tuple[int, float, float]]:
+    """(position, hazard, weight) with weight = the product of (1 - hazard) over the earlier records: the chance that
+    a model sampling along this very prefix would still be error-free there (the data prefixes conditioned the way
+    the own-clean prefixes are, to first order).
+
+    >>> [(t, h, round(w, 3)) for t, h, w in survival_weighted([(0, 0.5), (1, 0.5), (2, 0.1)])]
+    [(0, 0.5, 1.0), (1, 0.5, 0.5), (2, 0.1, 0.25)]
+    """
+    out, alive = [], 1.0
+    for t, h in sorted(records):
+        if not 0.0 <= h <= 1.0 + 1e-9:
+            raise ValueError(f"hazards must be probabilities in [0, 1], got {h!r} at position {t}")
+        out.append((t, h, alive))
+        alive *= max(0.0, 1.0 - h)
+    return out
+
+
+def paired_ratio_difference(sums_a: np.ndarray, counts_a: np.ndarray, sums_b: np.ndarray, counts_b: np.ndarray,
+                            draws: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """sum(a) / count(a) - sum(b) / count(b) over documents, with a 95% bootstrap interval that resamples the
+    documents once for both (paired: a document's own text and its data stay together). One entry per document.
+
+    >>> paired_ratio_difference(np.array([1.0, 3.0]), np.array([2.0, 2.0]), np.array([1.0, 3.0]), np.array([2.0, 2.0]))
+    (0.0, 0.0, 0.0)
+    """
+    arrays = [np.asarray(x, dtype=float) for x in (sums_a, counts_a, sums_b, counts_b)]
+    if any(x.ndim != 1 or len(x) != len(arrays[0]) for x in arrays) or len(arrays[0]) == 0:
+        raise ValueError(f"sums and counts must be non-empty 1-D arrays of one length, got shapes "
+                         f"{[x.shape for x in arrays]}")
+    if not isinstance(draws, int) or isinstance(draws, bool) or draws < 1:
+        raise ValueError(f"draws must be a positive int, got {draws!r}")
+    sa, ca, sb, cb = arrays
+    picks = np.random.default_rng(seed).integers(0, len(sa), size=(draws, len(sa)))  # [draws, documents]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = sa[picks].sum(1) / ca[picks].sum(1) - sb[picks].sum(1) / cb[picks].sum(1)
+        value = float(sa.sum() / ca.sum() - sb.sum() / cb.sum())
+    boot = boot[np.isfinite(boot)]
+    low, high = np.percentile(boot, [2.5, 97.5]) if len(boot) else (np.nan, np.nan)
+    return value, float(low), float(high)

@@ -111,7 +111,8 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if successes == 0 else low), (1.0 if successes == n else high)  # exact at the ends, not 1 - 1e-16
 
 
 def paired_mean_difference(a: Sequence[float], b: Sequence[float], draws: int = 2000, seed: int = 0,
