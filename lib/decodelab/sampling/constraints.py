@@ -13,7 +13,7 @@
     >>> apply_constraints(torch.zeros(1, 5), SamplingBatch([params]), [[]], eos_token_ids={3})[0].tolist()
     [-inf, 0.0, -inf, -inf, -inf]
 
-Taught in: chapters/03-strategies.ipynb
+Used by: decodelab.sampling.sampler (and so `generate`, the engine and the server's vLLM fields).
 """
 from __future__ import annotations
 
