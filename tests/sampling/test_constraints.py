@@ -80,6 +80,7 @@ def test_rows_without_constraints_are_untouched(logits):
     (dict(bad_word_ids=((1, 2),)), dict(), "output_tokens is None"),
     (dict(allowed_token_ids=(V,)), dict(), "outside the vocabulary"),
     (dict(bad_word_ids=((V + 3,),)), dict(), "outside the vocabulary"),
+    (dict(bad_words=("小",)), dict(), "pass bad_word_ids"),             # strings are never silently ignored
 ])
 def test_what_a_constraint_needs_is_asked_for(logits, kwargs, call, message):
     with pytest.raises(ValueError, match=message):

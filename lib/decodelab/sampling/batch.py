@@ -48,6 +48,7 @@ class SamplingBatch:
         self.has_penalties = any(p.has_penalties for p in self.params)
         self.has_constraints = any(p.has_constraints for p in self.params)     # decodelab.sampling.constraints
         self.needs_output_tokens = any(p.needs_output_tokens for p in self.params)
+        self.has_bad_word_strings = any(p.bad_words for p in self.params)     # not yet tokenized: an error here
         self._values = {name: tuple(off if only else getattr(p, name) for p, only in zip(self.params, argmax))
                         for name, off in COLUMNS.items() if name not in _PENALTIES}
         self._values.update({name: tuple(getattr(p, name) for p in self.params) for name in _PENALTIES})

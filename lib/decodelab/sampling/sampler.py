@@ -109,6 +109,10 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
     elif prompt_tokens is not None:
         raise ValueError("prompt_tokens goes with output_tokens (empty lists before the first token); "
                          "pass output_tokens too")
+    if batch.has_bad_word_strings:
+        raise ValueError("some params hold bad_words as strings, which the sampler cannot read: Engine, generate and "
+                         "the server tokenize them into bad_word_ids (decodelab.decoding.request.with_bad_word_ids); "
+                         "pass bad_word_ids")
     if batch.has_constraints:  # allowed_token_ids, bad words, min_tokens: -inf masks, after the penalties
         x = apply_constraints(x, batch, output_tokens, eos_token_ids)
     # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.sampling.ops.topk)
