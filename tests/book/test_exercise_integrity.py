@@ -310,3 +310,11 @@ def test_entropy_growth_needs_the_models_distributions(last_logits, make, hint, 
     with pytest.raises(CheckFailed, match=re.escape(hint)):
         check_entropy_growth(1.0, *make(last_logits))
     assert "通过" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", STARTERS + SOLUTIONS, ids=lambda p: str(p.relative_to(ROOT / "exercises")))
+def test_no_stored_output_names_a_machine_path(path):
+    for cell in _cells(path):
+        for output in cell.get("outputs", []):
+            text = json.dumps(output, ensure_ascii=False)
+            assert not re.search(r"/work/|/root/|/home/|site-packages", text), text[:300]
