@@ -8,17 +8,15 @@ import json
 import pytest
 
 from decodelab.measure.best_of_n import VERIFIERS, draw, pass_at_k, pick
-from decodelab.toy.questions import answer_of, question
+from decodelab.toy.questions import answer_of
 from decodelab.engine.engine import Engine
 from decodelab.models.load import load_model
 from decodelab.book.widgets.best_of_n_explorer import BestOfNExplorer, best_of_n_frames
 
+from best_of_n_cases import QUESTIONS, TEMPERATURES
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# The six questions the chapter offers; 老王 in 成都 is question 4, seeded 4 like the chapter's first table.
-QUESTIONS = [question(p, c) for p, c in [("小明", "北京"), ("我的朋友", "上海"), ("刘叔叔", "广州"),
-                                          ("隔壁的爷爷", "杭州"), ("老王", "成都"), ("妈妈", "西安")]]
-TEMPERATURES = (0.7, 1.0, 1.5)
 
 
 @pytest.fixture(scope="module")

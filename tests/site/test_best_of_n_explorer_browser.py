@@ -16,7 +16,7 @@ from decodelab.measure.best_of_n import VERIFIERS
 from decodelab.engine.engine import Engine
 from decodelab.models.load import load_model
 from decodelab.book.widgets.best_of_n_explorer import BestOfNExplorer, best_of_n_frames
-from test_best_of_n_explorer import QUESTIONS, TEMPERATURES
+from best_of_n_cases import QUESTIONS, TEMPERATURES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
