@@ -20,7 +20,7 @@ STARTERS = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("*.ipynb"))
 CHECKS = sorted((ROOT / "lib" / "decodelab" / "book" / "checks").glob("*.py"))
 INVESTIGATIVE = {"01-logits-to-probs", "02-temperature", "03-strategies", "04-autoregressive", "05-exposure-bias",
-                 "07-paged-attention", "07b-speculative-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
+                 "07-paged-attention", "07b-speculative-decoding", "07d-constrained-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
 
 
 def _cells(path: Path) -> list[dict]:
@@ -318,3 +318,23 @@ def test_no_stored_output_names_a_machine_path(path):
         for output in cell.get("outputs", []):
             text = json.dumps(output, ensure_ascii=False)
             assert not re.search(r"/work/|/root/|/home/|site-packages", text), text[:300]
+
+
+# ---- exercise 7d.1 with a prediction: the masked q of a two-step tree beside p(x | valid) ----------------------
+
+def test_mask_step_sets_the_prediction_beside_q_and_the_conditional(capsys):
+    from decodelab.book.checks.ch07d import check_mask_step
+
+    def mask(probs, allowed):
+        if not allowed.any():
+            raise ValueError("nothing allowed")
+        kept = probs * allowed
+        return kept / kept.sum()
+
+    check_mask_step(mask, prediction=0.007)
+    out = capsys.readouterr().out
+    assert "你预测 0.007，量到 0.857" in out and "条件分布给它 0.007" in out
+    with pytest.raises(CheckFailed, match="先写下你的预测"):
+        check_mask_step(mask, prediction=None)
+    check_mask_step(mask)  # the chapter's call, without a prediction, still passes
+    assert "你预测" not in capsys.readouterr().out

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from decodelab.book.checks import call_student, fail, passed
+from decodelab.book.checks import NO_PREDICTION, call_student, fail, passed
 
 # Each first step of the tree: (token, p(token)); the rest of the mass goes to tokens the grammar forbids at once.
 # After 喜 only 北 keeps the text valid, and the model gives it little; after 坐 the model gives its valid next token a lot.
@@ -58,10 +58,14 @@ def _check_one(step: Callable, probs: torch.Tensor, allowed: torch.Tensor) -> to
          "里一样（例如 0.5 与 0.2 仍是 5:2）。如果你用了 softmax：probs 已经是概率，不是 logits。")
 
 
-def check_mask_step(mask_and_renormalize: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+def check_mask_step(mask_and_renormalize: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    prediction=NO_PREDICTION) -> None:
     """Check `mask_and_renormalize(probs [V], allowed [V] bool) -> [V]`: zero outside `allowed`, proportional to
     `probs` inside, summing to 1; a mask that allows nothing raises ValueError. Then run it over the two-step tree and
-    print q beside p(. | valid)."""
+    print q beside p(. | valid), and beside the student's `prediction` of q("喜欢吃北京烤鸭") when one is given."""
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = None if prediction is NO_PREDICTION else as_prediction(prediction, "PREDICTION", 0, 1)
     for probs, allowed in _probes():
         _check_one(mask_and_renormalize, probs, allowed)
     nothing = torch.zeros(4, dtype=torch.bool)
@@ -83,4 +87,7 @@ def check_mask_step(mask_and_renormalize: Callable[[torch.Tensor, torch.Tensor],
     z = sum(p.values())
     lines = "；".join(f"“{_NAMES[b]}”：q = {q[b]:.3f}，p(x | valid) = {p[b] / z:.3f}" for b in q)
     passed(f"掩码后重新归一化正确，一个 token 也不允许时会报错。两步的小树上：{lines}。每一步都合法，"
-           "整句的分布却不是条件分布：第一步按模型的偏好选了“喜”，第二步只能硬选模型几乎不给概率的“北”。")
+           "整句的分布却不是条件分布：第一步按模型的偏好选了“喜”，第二步只能硬选模型几乎不给概率的“北”。"
+           + (f"\n“{_NAMES[0]}”的 q：{compare_prediction(guess, q[0])}；条件分布给它 {p[0] / z:.3f}。"
+              "如果你按 p(x | valid) 去猜，就是默认了“每一步都合法，整句也就按条件分布”：掩码只看眼前一步，"
+              "看不见第一步选“喜”之后几乎无路可走。" if guess is not None else ""))
