@@ -20,7 +20,8 @@ STARTERS = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("*.ipynb"))
 CHECKS = sorted((ROOT / "lib" / "decodelab" / "book" / "checks").glob("*.py"))
 INVESTIGATIVE = {"01-logits-to-probs", "02-temperature", "03-strategies", "04-autoregressive", "05-exposure-bias",
-                 "07-paged-attention", "07b-speculative-decoding", "07d-constrained-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
+                 "07-paged-attention", "07b-speculative-decoding", "07c-serving",
+                 "07d-constrained-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
 
 
 def _cells(path: Path) -> list[dict]:
@@ -338,3 +339,17 @@ def test_mask_step_sets_the_prediction_beside_q_and_the_conditional(capsys):
         check_mask_step(mask, prediction=None)
     check_mask_step(mask)  # the chapter's call, without a prediction, still passes
     assert "你预测" not in capsys.readouterr().out
+
+
+# ---- exercise 7c.1 with a prediction: normalized latency against TPOT for a queued request ----------------------
+
+def test_latency_metrics_sets_the_prediction_beside_the_ratio(capsys):
+    from decodelab.book.checks.ch07c import check_latency_metrics
+
+    def latency(sent, times):
+        return times[0] - sent, (None if len(times) == 1 else (times[-1] - times[0]) / (len(times) - 1))
+
+    check_latency_metrics(latency, prediction=5)
+    assert "你预测 5.0，量到 21.7" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="先写下你的预测"):
+        check_latency_metrics(latency, prediction=None)

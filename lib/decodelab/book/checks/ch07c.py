@@ -13,7 +13,7 @@ import math
 import numbers
 from collections.abc import Callable
 
-from decodelab.book.checks import CheckFailed, call_student, fail, passed
+from decodelab.book.checks import NO_PREDICTION, CheckFailed, call_student, fail, passed
 
 # (label, sent, token_times): uneven gaps, a long wait in the queue before a fast stream, two tokens, one token.
 _CASES = [
@@ -106,9 +106,16 @@ def _check_tpot(tpot: object, sent: float, times: list[float], what: str) -> Non
          "公式：TPOT = (token_times[-1] − token_times[0]) / (len(token_times) − 1)。")
 
 
-def check_latency_metrics(latency_metrics: Callable[[float, list[float]], tuple[float, float | None]]) -> None:
+def check_latency_metrics(latency_metrics: Callable[[float, list[float]], tuple[float, float | None]],
+                          prediction=NO_PREDICTION) -> None:
     """Check `latency_metrics(sent, token_times) -> (ttft, tpot)` of one streamed request: `sent` is when it was
-    sent, `token_times` when each output token arrived (seconds, increasing); tpot is None for a single token."""
+    sent, `token_times` when each output token arrived (seconds, increasing); tpot is None for a single token.
+    Given a `prediction` of how many times the queued request's normalized latency ((last - sent) / n) exceeds its
+    TPOT, the pass sets it beside the ratio computed from the student's own TPOT."""
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = None if prediction is NO_PREDICTION else as_prediction(prediction, "PREDICTION", 0, 10_000)
+    measured = {}
     for label, sent, times in _CASES:
         what = f"{label}，sent={sent!r}，token_times={times!r}"
         result = _call(latency_metrics, sent, times, what)
@@ -130,6 +137,13 @@ def check_latency_metrics(latency_metrics: Callable[[float, list[float]], tuple[
             _check_single_token_tpot(tpot, what)
         else:
             _check_tpot(tpot, sent, times, what)
+            measured[label] = (sent, times, tpot)
+    queued = _CASES[1][0]
+    sent, times, tpot = measured[queued]
+    ratio = (times[-1] - sent) / len(times) / tpot
     passed("TTFT = token_times[0] − sent（排队 + prefill，用户等到第一个字的时间）；"
            "TPOT = (token_times[-1] − token_times[0]) / (n − 1)（第一个 token 之后 decode 的节奏）；"
-           "只有一个 token 时 TPOT 没有定义，返回 None。")
+           "只有一个 token 时 TPOT 没有定义，返回 None。"
+           + (f"\n排了 2.5 秒队的那个请求：normalized latency 是 TPOT 的几倍？{compare_prediction(guess, ratio, '{:.1f}')}。"
+              "排队的 2.5 秒被摊进了每个 token；TPOT 只看出字的节奏，所以两者差了一个数量级。看延迟的表要先问：它除的是什么？"
+              if guess is not None else ""))
