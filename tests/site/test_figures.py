@@ -249,7 +249,8 @@ def test_every_allowed_figure_is_still_quoted():
 def test_a_stale_figure_is_reported(tmp_path):
     """Plant figures no output holds in a copy of chapter 04 and its data: the checker names the notebook and cell."""
     (tmp_path / "data").mkdir()
-    shutil.copy(CHAPTERS / "data" / "04-snowball.json", tmp_path / "data")
+    for data in (CHAPTERS / "data").glob("04-*.json"):  # every data file chapter 04 reads
+        shutil.copy(data, tmp_path / "data")
     notebook = nbformat.read(CHAPTERS / "04-autoregressive.ipynb", as_version=4)
     cell = next(i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown" and "0.213" in c.source)
     copy = tmp_path / "04-autoregressive.ipynb"
