@@ -20,6 +20,7 @@ STARTERS = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "exercises" / "solutions").glob("*.ipynb"))
 CHECKS = sorted((ROOT / "lib" / "decodelab" / "book" / "checks").glob("*.py"))
 INVESTIGATIVE = {"01-logits-to-probs", "02-temperature", "03-strategies", "04-autoregressive", "05-exposure-bias",
+                 "06-prefill-decode-kv-cache",
                  "07-paged-attention", "07b-speculative-decoding", "07c-serving",
                  "07d-constrained-decoding", "07e-best-of-n"}  # the exercises that ask for a prediction before measuring
 
@@ -353,3 +354,15 @@ def test_latency_metrics_sets_the_prediction_beside_the_ratio(capsys):
     assert "你预测 5.0，量到 21.7" in capsys.readouterr().out
     with pytest.raises(CheckFailed, match="先写下你的预测"):
         check_latency_metrics(latency, prediction=None)
+
+
+# ---- exercise 6.2 with a prediction: how many 128K-token sequences fit next to the weights ----------------------
+
+def test_max_sequences_sets_the_prediction_beside_the_students_count(capsys):
+    from decodelab.book.checks.ch06 import check_max_sequences
+
+    check_max_sequences(lambda gpu, weights, per_token, seq_len: max(0, (gpu - weights) // (per_token * seq_len)),
+                        prediction=10)
+    assert "你预测 10，量到 3" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="先写下你的预测"):
+        check_max_sequences(lambda *args: 0, prediction=None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from decodelab.book.checks import call_student, fail, passed
+from decodelab.book.checks import NO_PREDICTION, call_student, fail, passed
 
 # the library's own KV arithmetic: it raises while the student's function runs
 KV_FORBIDDEN = ("decodelab.kv.contiguous_cache.kv_cache_bytes", "decodelab.kv.contiguous_cache.kv_bytes_per_token")
@@ -74,8 +74,14 @@ _FIT_CASES = [
 ]
 
 
-def check_max_sequences(fn: Callable) -> None:
-    """Check `fn(gpu_bytes, weight_bytes, kv_bytes_per_token, seq_len) -> int`, whole sequences that fit."""
+def check_max_sequences(fn: Callable, prediction=NO_PREDICTION) -> None:
+    """Check `fn(gpu_bytes, weight_bytes, kv_bytes_per_token, seq_len) -> int`, whole sequences that fit. Given a
+    `prediction` of how many 131072-token Llama-3-8B sequences fit on 80 GB, the pass sets it beside the student's
+    own count."""
+    from decodelab.book.checks import as_prediction, compare_prediction
+
+    guess = None if prediction is NO_PREDICTION else as_prediction(prediction, "PREDICTION", 0, 10_000)
+    counts = []
     for gpu, weights, per_token, seq_len, what in _FIT_CASES:
         result = call_student(fn, gpu, weights, per_token, seq_len, what=what)
         expected = max(0, (gpu - weights) // (per_token * seq_len))
@@ -84,6 +90,7 @@ def check_max_sequences(fn: Callable) -> None:
                 fail(f"输入 {what} 时你返回了 {result:.3f}：序列只能整条放下，要向下取整（用 //）。")
             fail(f"输入 {what} 时应返回 int，实际返回了 {type(result).__name__}：{result!r}。")
         if result == expected:
+            counts.append(result)
             continue
         if result == gpu // (per_token * seq_len):
             fail(f"输入 {what} 时结果偏大：显存里先要放下模型权重，KV cache 只能用剩下的 gpu_bytes − weight_bytes。")
@@ -93,4 +100,7 @@ def check_max_sequences(fn: Callable) -> None:
             fail(f"输入 {what} 时结果多了 1：向上取整会让最后一条序列放不下，要向下取整。")
         fail(f"输入 {what} 时条数不对，你的结果是 {result}。"
              "公式：(gpu_bytes − weight_bytes) // (kv_bytes_per_token × seq_len)，且不小于 0。")
-    passed("正确：先扣掉权重，剩下的显存按整条序列向下取整；权重放不下时是 0。")
+    passed("正确：先扣掉权重，剩下的显存按整条序列向下取整；权重放不下时是 0。"
+           + (f"\n80 GB 放 Llama-3-8B、每条 131072 个 token：{compare_prediction(guess, counts[1], '{:g}')}；"
+              f"每条 8192 个 token 时是 {counts[0]} 条。一条 128K 的序列光 KV 就要 16 GiB，和权重差不多大："
+              "上下文越长，同时能跑的序列越少：每一步 decode 读一遍权重，只服务这几条序列。" if guess is not None else ""))
