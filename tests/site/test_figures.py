@@ -479,6 +479,7 @@ README = ROOT / "README.md"
 # "### heading" under "## Performance" (its start) -> the JSON files of the run its tables quote.
 README_SOURCES: dict[str, list[str]] = {
     "### Sampling": ["benchmarks/results/sampling-quick.json"],
+    "### Bookkeeping": ["benchmarks/results/bookkeeping-ab.json"],
     "### Roofline": ["chapters/data/06-roofline.json", "chapters/06-prefill-decode-kv-cache.ipynb"],
     "### Slab reservation vs paged": ["chapters/data/07-slab.json"],
     "### KV sharing": ["chapters/data/07-sharing.json"],
