@@ -480,6 +480,7 @@ README = ROOT / "README.md"
 README_SOURCES: dict[str, list[str]] = {
     "### Sampling": ["benchmarks/results/sampling-quick.json"],
     "### Bookkeeping": ["benchmarks/results/bookkeeping-ab.json"],
+    "### Serving (": ["benchmarks/results/serving.json"],
     "### Roofline": ["chapters/data/06-roofline.json", "chapters/06-prefill-decode-kv-cache.ipynb"],
     "### Slab reservation vs paged": ["chapters/data/07-slab.json"],
     "### KV sharing": ["chapters/data/07-sharing.json"],
@@ -491,7 +492,6 @@ README_SOURCES: dict[str, list[str]] = {
 # Sections whose tables quote a run that kept no JSON (benchmarks/results/ was not committed then); each is named
 # here with what would source it, so the gap is visible rather than silent.
 README_UNSOURCED: dict[str, str] = {
-    "### Serving": "benchmarks/serving.py's full run (results/serving.json) was not kept; re-run and commit it",
     "### The decodelab III redesign, A/B": "an A/B of two checkouts, run by hand; no single JSON holds both sides",
     "### GPU check": "no GPU run yet",
     "### Paged decode attention": "the kernel is timed on CUDA only; no GPU run has been kept",
