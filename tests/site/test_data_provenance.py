@@ -46,6 +46,8 @@ DEPENDS: dict[str, list[str]] = {
                              f"{LIB}/decoding/speculative.py"],
     "07b-distribution.json": [f"{LIB}/decoding/speculative.py", f"{LIB}/measure/stats.py"],
     "07b-speculative-engine.json": ["benchmarks/speculative.py", f"{LIB}/engine"],
+    "07b-speed-ab.json": ["benchmarks/speculative.py", f"{LIB}/decoding/speculative.py",
+                          f"{LIB}/decoding/generate.py"],
     "07c-serving-load.json": ["benchmarks/load.py", f"{LIB}/serve", f"{LIB}/engine"],
     "07d-constrained.json": ["benchmarks/constrained.py",
                              f"{LIB}/decoding/constrained.py", f"{LIB}/grammar", f"{LIB}/measure/constrained.py"],
