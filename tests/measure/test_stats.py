@@ -49,3 +49,22 @@ def test_small_cells_are_pooled():
 def test_bad_arguments_are_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_share_difference_interval_covers_at_its_level():
+    # 2,000 simulated pairs of groups with the same true shares: the 95% interval should hold the true difference
+    # about 95% of the time (Newcombe's method is slightly conservative); fixed seed.
+    from decodelab.measure.stats import share_difference
+    generator = torch.Generator().manual_seed(7)
+    a = torch.binomial(torch.full((2000,), 300.0), torch.full((2000,), 0.1), generator=generator).int().tolist()
+    b = torch.binomial(torch.full((2000,), 120.0), torch.full((2000,), 0.15), generator=generator).int().tolist()
+    covered = sum(low <= -0.05 <= high for _, low, high in (share_difference(x, 300, y, 120) for x, y in zip(a, b)))
+    assert 0.93 <= covered / 2000 <= 0.985
+
+
+def test_the_share_difference_names_bad_counts():
+    from decodelab.measure.stats import share_difference
+    with pytest.raises(ValueError, match="successes must be <= trials"):
+        share_difference(5, 4, 1, 10)
+    with pytest.raises(ValueError, match="trials must be an int >= 1"):
+        share_difference(0, 0, 1, 10)

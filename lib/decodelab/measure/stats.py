@@ -1,5 +1,6 @@
 """Tests of a sampled distribution against an exact one: Pearson's chi-square, and the total variation distance that
-sampling noise alone gives at the same number of draws (so a measured TV is read against its null, not against 0).
+sampling noise alone gives at the same number of draws (so a measured TV is read against its null, not against 0);
+and the difference of two independent shares with Newcombe's score interval (for two groups that are not paired).
 
     >>> from collections import Counter
     >>> p = {0: 0.5, 1: 0.3, 2: 0.2}
@@ -7,6 +8,8 @@ sampling noise alone gives at the same number of draws (so a measured TV is read
     0.442
     >>> round(tv_null_quantile(torch.tensor([0.5, 0.3, 0.2]), draws=1000, repeats=2000, seed=0), 3)
     0.035
+    >>> [round(v, 3) for v in share_difference(95, 1019, 44, 346)]    # 9.3% against 12.7%
+    [-0.034, -0.076, 0.003]
 
 Taught in: chapters/07b-speculative-decoding.ipynb
 """
@@ -16,6 +19,7 @@ from collections.abc import Mapping
 
 import torch
 
+from decodelab.measure.constrained import wilson_interval
 from decodelab.validation import check_int
 
 
@@ -63,3 +67,14 @@ def tv_null_quantile(p: torch.Tensor, draws: int, repeats: int = 1000, seed: int
         1, samples, torch.ones_like(samples, dtype=torch.float64)) / draws
     return float(torch.quantile(0.5 * (freq - p).abs().sum(dim=1), level))
 
+
+
+def share_difference(successes_a: int, trials_a: int, successes_b: int, trials_b: int) -> tuple[float, float, float]:
+    """(difference, low, high): share a minus share b of two independent groups, with Newcombe's hybrid score 95%
+    interval (his method 10, built from each share's Wilson interval; sound near 0% and 100%, unlike the normal
+    approximation). For two measurements on the same cases use a paired interval instead."""
+    a, b = wilson_interval(successes_a, trials_a), wilson_interval(successes_b, trials_b)
+    diff = a.value - b.value
+    low = diff - ((a.value - a.low) ** 2 + (b.high - b.value) ** 2) ** 0.5
+    high = diff + ((a.high - a.value) ** 2 + (b.value - b.low) ** 2) ** 0.5
+    return diff, low, high
