@@ -15,6 +15,7 @@ _build/screenshots/lab-exercise-7.4-*.png.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 import shutil
@@ -35,9 +36,14 @@ TIMEOUT_MS = 120_000  # a safety net only: every wait below ends on an event
 
 pytestmark = pytest.mark.browser
 
-# exercises/07-paged-attention.ipynb, exercise 7.4: the cell that prints the lengths, the prediction cell, the
-# measurement cell and the check cell (the test checks their text before typing into them).
-LENGTHS_CELL, PREDICTION_CELL, MEASURE_CELL, CHECK_CELL = 12, 14, 15, 16
+# exercises/07-paged-attention.ipynb, exercise 7.4: the code cells the student runs, found by their starter text
+# (the cell that prints the lengths, the prediction cell, the measurement cell, the check cell).
+STARTER_TEXT = {
+    "lengths": "print(\"前 10 条的长度：\", SEQUENCE_LENGTHS[:10])",
+    "prediction": "PREDICTION = None",
+    "measure": "blocks_needed = None",
+    "check": "check_paged_fit(PREDICTION, blocks_needed, admitted)",
+}
 PREDICTION = 9  # the student's guess, before measuring (the right count is 7)
 # The common mistake: n // BLOCK_SIZE drops the last, partly filled block.
 WRONG_MEASUREMENT = '''blocks_needed = [n // BLOCK_SIZE for n in SEQUENCE_LENGTHS]
@@ -64,6 +70,20 @@ def makefile_variable(name: str) -> str:
         if line.startswith(f"{name} := ") or line.startswith(f"{name} = "):
             return line.split("=", 1)[1].strip()
     raise AssertionError(f"the Makefile has no variable {name}")
+
+
+def exercise_cells(notebook: Path) -> dict[str, int]:
+    """The index of the code cell holding each text of STARTER_TEXT in `notebook` (the DOM shows every cell: tests/lab.py turns windowing
+    off, so a notebook cell's index is its index in the page)."""
+    sources = ["".join(cell["source"]) if cell["cell_type"] == "code" else ""
+               for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]]
+    found = {}
+    for name, text in STARTER_TEXT.items():
+        hits = [i for i, source in enumerate(sources) if text in source]
+        assert len(hits) == 1, f"{notebook.name}: {len(hits)} cells hold {text!r} (the test expects one)"
+        found[name] = hits[0]
+    assert found["lengths"] < found["prediction"] < found["measure"] < found["check"], found
+    return found
 
 
 def _sha256(path: Path) -> str:
@@ -108,6 +128,8 @@ def _show(page, index: int, name: str) -> Path:
 
 def test_student_predicts_measures_wrong_sees_hint_then_passes(browser, served):
     committed = _sha256(EXERCISE)
+    at = exercise_cells(served / "exercises" / EXERCISE.name)
+    lengths_cell, prediction_cell, measure_cell, check_cell = (at[name] for name in STARTER_TEXT)
     flags = [flag for flag in shlex.split(makefile_variable("LAB_FLAGS")) if not flag.startswith("--ServerApp.root_dir")]
     assert "--LabApp.default_url=/lab/tree/exercises" in flags, flags
     with running_lab(served, extra_args=tuple(flags)) as lab:
@@ -121,35 +143,32 @@ def test_student_predicts_measures_wrong_sees_hint_then_passes(browser, served):
             item = page.locator(".jp-DirListing-item", has_text=EXERCISE.name).first
             item.wait_for(timeout=TIMEOUT_MS)
             item.dblclick()
-            cells(page).nth(CHECK_CELL).wait_for(timeout=TIMEOUT_MS)
+            cells(page).nth(check_cell).wait_for(timeout=TIMEOUT_MS)
             wait_kernel_idle(page, TIMEOUT_MS)
-            sources = [cells(page).nth(i).locator(".jp-InputArea").inner_text()
-                       for i in (LENGTHS_CELL, PREDICTION_CELL, MEASURE_CELL, CHECK_CELL)]
-            assert "SEQUENCE_LENGTHS" in sources[0], sources[0]
-            assert "PREDICTION = None" in sources[1], sources[1]
-            assert "blocks_needed = None" in sources[2], sources[2]
-            assert "check_paged_fit(PREDICTION, blocks_needed, admitted)" in sources[3], sources[3]
+            for name, index in at.items():  # the page shows the cells where the notebook has them
+                shown = cells(page).nth(index).locator(".jp-InputArea").inner_text()
+                assert STARTER_TEXT[name] in shown, (name, index, shown)
 
-            lengths = _run_cell(page, LENGTHS_CELL)
+            lengths = _run_cell(page, lengths_cell)
             assert "前 10 条的长度" in lengths, lengths
-            set_cell_source(page, PREDICTION_CELL, f"PREDICTION = {PREDICTION}  # 我的预测（还没有量）")
-            _run_cell(page, PREDICTION_CELL)
+            set_cell_source(page, prediction_cell, f"PREDICTION = {PREDICTION}  # 我的预测（还没有量）")
+            _run_cell(page, prediction_cell)
 
-            set_cell_source(page, MEASURE_CELL, WRONG_MEASUREMENT)
-            measured_wrong = _run_cell(page, MEASURE_CELL)
+            set_cell_source(page, measure_cell, WRONG_MEASUREMENT)
+            measured_wrong = _run_cell(page, measure_cell)
             assert "放得下" in measured_wrong, measured_wrong
-            hint = _run_cell(page, CHECK_CELL)
-            hint_png = _show(page, CHECK_CELL, "exercise-7.4-hint")
+            hint = _run_cell(page, check_cell)
+            hint_png = _show(page, check_cell, "exercise-7.4-hint")
             assert WRONG_HINT in hint, hint
             assert "检查没有通过" in hint, hint
             assert not INTERNALS.search(hint), f"the hint shows internals:\n{hint}"
             assert "通过 ✔" not in hint and "你预测" not in hint, hint
 
-            set_cell_source(page, MEASURE_CELL, RIGHT_MEASUREMENT)
-            measured_right = _run_cell(page, MEASURE_CELL)
+            set_cell_source(page, measure_cell, RIGHT_MEASUREMENT)
+            measured_right = _run_cell(page, measure_cell)
             assert "放得下 7 条" in measured_right, measured_right
-            reply = _run_cell(page, CHECK_CELL)
-            reply_png = _show(page, CHECK_CELL, "exercise-7.4-reply")
+            reply = _run_cell(page, check_cell)
+            reply_png = _show(page, check_cell, "exercise-7.4-reply")
             assert PASSED in reply, reply
             assert REPLY in reply, reply  # the prediction beside the measured count
             assert WRONG_HINT not in reply and "检查没有通过" not in reply, reply
