@@ -106,6 +106,18 @@ def test_hazards_are_probabilities_and_temperature_is_checked(small):
         hazards(model, tokenizer, LANG, DOC, start=len(DOC) + 1)
 
 
+def test_continue_texts_samples_the_nucleus_it_is_given(small):
+    """A nucleus of one token (top_p tiny) is the argmax: the same texts as greedy; top_p out of range is refused."""
+    from decodelab.measure.exposure import continue_texts
+    model, tokenizer = small
+    prompts = ["这是小明在北京的一天。", "这是老王在成都的一天。"]
+    nucleus = continue_texts(model, tokenizer, prompts, seed=3, max_tokens=30, temperature=1.0, top_p=1e-9)
+    assert nucleus == continue_texts(model, tokenizer, prompts, seed=3, max_tokens=30, temperature=0.0)
+    assert nucleus != continue_texts(model, tokenizer, prompts, seed=3, max_tokens=30, temperature=1.0)
+    with pytest.raises(ValueError, match="top_p"):
+        continue_texts(model, tokenizer, prompts, seed=3, max_tokens=5, top_p=1.5)
+
+
 # The shipped small models against their model cards: the card's figure was measured by the training script on the
 # same 400 held-out documents, so the shipped weights must give it again within 0.002 nats/char.
 @pytest.mark.parametrize("name", ["tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger"])

@@ -35,6 +35,8 @@ DEPENDS: dict[str, list[str]] = {
                       f"{LIB}/toy", f"{LIB}/models"],
     "05-exposure.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/dagger.py",
                          f"{LIB}/toy", f"{LIB}/models"],
+    "05-capability.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/repetition.py", f"{LIB}/toy",
+                           f"{LIB}/models/assets", f"{LIB}/decoding", f"{LIB}/sampling", "scripts/ch05_capability.py"],
     "05-temperature.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/snowball.py", f"{LIB}/toy",
                             f"{LIB}/models"],
     "06-roofline.json": ["benchmarks/roofline.py"],

@@ -107,10 +107,12 @@ UNKNOWN = "\ufffd"  # stands for a special token (<pad>, <s>, <unk>) written by 
 
 @torch.inference_mode()
 def continue_texts(model, tokenizer, prompts: Sequence[str], seed: int, max_tokens: int,
-                   temperature: float = 1.0) -> list[tuple[str, bool]]:
-    """(prompt + continuation, ended) per prompt, sampled at `temperature` with seeds seed, seed + 1, ...; a special
-    token other than the end is written as `UNKNOWN`, so the text keeps one character per generated token."""
-    params = [SamplingParams(temperature=temperature, seed=seed + i, max_tokens=max_tokens) for i in range(len(prompts))]
+                   temperature: float = 1.0, top_p: float = 1.0) -> list[tuple[str, bool]]:
+    """(prompt + continuation, ended) per prompt, sampled at `temperature` (and nucleus `top_p`) with seeds seed,
+    seed + 1, ...; a special token other than the end is written as `UNKNOWN`, so the text keeps one character per
+    generated token."""
+    params = [SamplingParams(temperature=temperature, top_p=top_p, seed=seed + i, max_tokens=max_tokens)
+              for i in range(len(prompts))]
     out = []
     for prompt, completion in zip(prompts, generate(model, tokenizer, list(prompts), params)):
         ended = completion.token_ids[-1:] == [tokenizer.eos_token_id]
