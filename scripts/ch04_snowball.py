@@ -23,7 +23,6 @@ Taught in: chapters/04-autoregressive.ipynb
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from decodelab.measure.forced_token import DOCUMENT_SEED, continue_and_judge, fo
 from decodelab.models import load_model
 from decodelab.toy import ToyLanguage
 from decodelab.toy import DocumentLanguage
-from provenance import stamp  # scripts/provenance.py: the command and library commit
+from provenance import write  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "04-snowball.json"
 TEMPERATURES = (1.0, 1.5)
@@ -166,10 +165,7 @@ def main() -> None:
     result = {"command": "python scripts/ch04_snowball.py", "model": "tiny-zh-doc", "documents": args.documents,
               "document_seed": DOCUMENT_SEED, "start": START, "horizon": HORIZON, "bins": BINS,
               "bootstrap": BOOTSTRAP, "runs": runs, "prediction_shift": shift}
-    result = stamp(result, result["command"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    write(args.out, result, result["command"])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ Taught in: chapters/04-autoregressive.ipynb
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from decodelab.measure.snowball import (injection_cases, paired_mean_difference,
 from decodelab.models import load_model
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.toy import DocumentLanguage, ToyLanguage
-from provenance import stamp  # scripts/provenance.py: the command and library commit
+from provenance import write  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "04-snowball-channel.json"
 INJECTION_SEED = 404_000_044   # held-out documents for the protagonist experiment
@@ -233,10 +232,7 @@ def main() -> None:
               "name_margin": NAME_MARGIN, "logp_margin": LOGP_MARGIN,
               "protagonist": protagonist, "forced_sentence": inside, "next_true_character": nextchar,
               "seconds": round(time.time() - began)}
-    result = stamp(result, result["command"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    write(args.out, result, result["command"])
 
 
 if __name__ == "__main__":

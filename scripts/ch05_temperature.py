@@ -25,7 +25,6 @@ Taught in: chapters/05-exposure-bias.ipynb
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from decodelab.measure.snowball import wilson
 from decodelab.models import load_model
 from decodelab.models.train import ASSETS
 from decodelab.toy import DocumentLanguage
-from provenance import stamp  # scripts/provenance.py: the command and library commit
+from provenance import write  # scripts/provenance.py: the command and library commit
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "data" / "05-temperature.json"
 MODEL = "tiny-zh-doc-small"
@@ -146,10 +145,7 @@ def main() -> None:
     result = {"command": "python scripts/ch05_temperature.py", "model": MODEL, "document_seed": DOC_SEED,
               "max_tokens": MAX_TOKENS, "margin_relative": MARGIN_RELATIVE, "bootstrap": DRAWS, "runs": runs,
               "seconds": round(time.time() - began)}
-    result = stamp(result, result["command"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    write(args.out, result, result["command"])
 
 
 if __name__ == "__main__":

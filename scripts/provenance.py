@@ -38,6 +38,15 @@ def stamp(result: dict, command: str, root: Path = ROOT) -> dict:
     return {"command": command, "library_commit": library_commit(root), **rest}
 
 
+def write(path: Path, result: dict, command: str, root: Path = ROOT) -> None:
+    """Stamp `result` (`stamp`) and write it to `path` as indented JSON (NaN refused), making its folder; says so."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = stamp(result, command, root)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def stamp_file(path: Path, command: str, root: Path = ROOT) -> None:
     """Stamp a JSON file another program wrote (the benchmarks the chapter 07b-07e scripts run), keeping its layout."""
     text = Path(path).read_text(encoding="utf-8")

@@ -28,23 +28,6 @@ pytestmark = pytest.mark.slow  # a server in a child process, over HTTP
 MODEL = "tiny-zh"
 
 
-@pytest.fixture(scope="module")
-def server():
-    with LocalServer("--model", MODEL, "--max-num-seqs", "8") as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def engine(tiny):
-    model, tokenizer = tiny
-    return Engine(model, tokenizer, max_num_seqs=8)
-
-
 def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 

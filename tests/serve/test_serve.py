@@ -24,23 +24,6 @@ MODEL = "tiny-zh"
 PROMPTS = ["小明", "小红在学校", "老师说", "我们明天", "妈妈买了"]
 
 
-@pytest.fixture(scope="module")
-def server():
-    with LocalServer("--model", MODEL, "--max-num-seqs", "8") as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def engine(tiny):
-    model, tokenizer = tiny
-    return Engine(model, tokenizer, max_num_seqs=8)
-
-
 def texts(response) -> list[str]:
     return [c.text for c in sorted(response.choices, key=lambda c: c.index)]
 

@@ -144,6 +144,16 @@ def test_stamp_puts_the_command_and_commit_first_and_keeps_the_rest(tmp_path):
     assert lines[1].startswith('  "command"') and json.loads("\n".join(lines))["b"] == [2, 3]
 
 
+def test_write_stamps_and_writes_the_result_and_refuses_nan(tmp_path):
+    provenance = load_provenance()
+    out = tmp_path / "new" / "x.json"
+    provenance.write(out, {"rows": [1]}, "python scripts/x.py")
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert list(data)[:2] == ["command", "library_commit"] and data["rows"] == [1]
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        provenance.write(out, {"rows": [float("nan")]}, "python scripts/x.py")
+
+
 @pytest.mark.parametrize("result, command, error", [
     ([1], "python x.py", "result must be a dict"),
     ({}, "x.py", "command must be the shell command"),
