@@ -73,9 +73,11 @@ def test_exercise_link_opens_its_chapter(browser, served):
         chapter_tab = page.locator(".lm-TabBar-tab[title*='chapters/01-logits-to-probs.ipynb']")
         chapter_tab.first.wait_for(timeout=TIMEOUT_MS)
         panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-        opening = panel.locator(".jp-Cell", has_text="下一个 token 是什么").first   # the chapter's first cell
-        opening.wait_for(timeout=TIMEOUT_MS)
-        heading = opening.inner_text()   # read from that cell itself: "the first .jp-Cell" may be another panel's
+        # the chapter's title as rendered (an <h1> once its markdown cell is drawn; before that the cell holds only
+        # its hidden source, whose text has no rendered form yet)
+        title = panel.locator("h1", has_text="从 logits 到概率").first
+        title.wait_for(state="visible", timeout=TIMEOUT_MS)
+        heading = title.inner_text()
         screenshot(page, "root-chapter-from-link")
         context.close()
     assert "从 logits 到概率" in heading, heading[:200]
