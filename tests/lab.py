@@ -282,3 +282,14 @@ def stop_deck(page, timeout_ms: int = 30_000) -> None:
 def slide_cells(page):
     """Locator of the cells on the slide now shown (jupyterlab-deck marks them on-screen)."""
     return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-deck-mod-onscreen")
+
+
+def makefile_variable(name: str) -> str:
+    """The value of a variable of the repository's Makefile, as make expands it (the lab tests start JupyterLab with
+    the same LAB_FLAGS that `make lab` uses)."""
+    result = subprocess.run(["make", "-s", "--no-print-directory", "-p", "-n", "help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    for line in result.stdout.splitlines():
+        if line.startswith(f"{name} := ") or line.startswith(f"{name} = "):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError(f"the Makefile has no variable {name}")

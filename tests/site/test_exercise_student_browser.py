@@ -19,7 +19,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import pytest
 
 from browser import watch
 from lab import cells, execution_count, output_text, running_lab, screenshot, set_cell_source, shutdown_kernels
-from lab import wait_kernel_idle
+from lab import makefile_variable, wait_kernel_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISE = ROOT / "exercises" / "07-paged-attention.ipynb"
@@ -60,16 +59,6 @@ PASSED = "通过 ✔ 分页时放得下 7 条"
 REPLY = f"你预测 {PREDICTION}，量到 7（差 -2）"
 # A traceback or a frame of the checks would show one of these.
 INTERNALS = re.compile(r"Traceback|File \"|\.py\b|site-packages|decodelab/|/work/|/tmp/|line \d+")
-
-
-def makefile_variable(name: str) -> str:
-    """The value of a variable of the repository's Makefile, as make expands it."""
-    result = subprocess.run(["make", "-s", "--no-print-directory", "-p", "-n", "help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
-    for line in result.stdout.splitlines():
-        if line.startswith(f"{name} := ") or line.startswith(f"{name} = "):
-            return line.split("=", 1)[1].strip()
-    raise AssertionError(f"the Makefile has no variable {name}")
 
 
 def exercise_cells(notebook: Path) -> dict[str, int]:

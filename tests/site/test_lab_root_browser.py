@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from browser import watch
-from lab import cells, running_lab, screenshot
+from lab import cells, makefile_variable, running_lab, screenshot
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISE = ROOT / "exercises" / "01-logits-to-probs.ipynb"
@@ -22,16 +22,6 @@ CHAPTER = ROOT / "chapters" / "01-logits-to-probs.ipynb"
 TIMEOUT_MS = 90_000
 
 pytestmark = pytest.mark.browser
-
-
-def makefile_variable(name: str) -> str:
-    """The value of a variable of the repository's Makefile, as make expands it."""
-    result = subprocess.run(["make", "-s", "--no-print-directory", "-p", "-n", "help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
-    for line in result.stdout.splitlines():
-        if line.startswith(f"{name} := ") or line.startswith(f"{name} = "):
-            return line.split("=", 1)[1].strip()
-    raise AssertionError(f"the Makefile has no variable {name}")
 
 
 def test_make_lab_serves_the_repository_root_and_opens_exercises():
