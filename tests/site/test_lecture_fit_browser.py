@@ -28,6 +28,17 @@ pytestmark = pytest.mark.browser
 EXPLORER_CELL = "explorer = DistributionExplorer("  # how the chapter's explorer cell starts
 
 
+# True once the lecture explorer's box is where it was one animation frame earlier (polled by wait_for_function):
+# gates on the layout settling, not on a guess of how long the deck's transition takes.
+SETTLED = """() => {
+    const el = document.querySelector('.dl-explorer.dl-lecture');
+    if (!el) return false;
+    const now = JSON.stringify(el.getBoundingClientRect());
+    const settled = window.__dlLastBox === now;
+    window.__dlLastBox = now;
+    return settled;
+}"""
+
 def _slide_notebook(path: Path) -> int:
     """A notebook of chapter 02's cells: its set-up cell (model, contexts, logits) on a slide of its own, then the
     explorer's slide, its markdown and code cells verbatim but for `lecture=True`; returns the slide's first cell."""
@@ -63,10 +74,12 @@ def test_lecture_explorer_fits_a_1366x768_slide(browser, tmp_path):
         run_all(page)
         page.locator(".dl-explorer.dl-lecture .dl-explorer-stats").nth(1).wait_for(timeout=TIMEOUT_MS)
         start_deck(page, cell_index=slide_start)
-        page.wait_for_timeout(1000)  # the deck's slide transition
+        # the deck's slide transition: wait until the explorer is on the slide and holds still for two frames
+        page.locator(".jp-deck-mod-onscreen .dl-explorer.dl-lecture").first.wait_for(state="visible", timeout=TIMEOUT_MS)
+        page.wait_for_function(SETTLED, timeout=TIMEOUT_MS)
         # the slide from its top, as the room first sees it: every scrolled box back at 0
         page.evaluate("() => document.querySelectorAll('*').forEach((el) => { if (el.scrollTop) el.scrollTop = 0; })")
-        page.wait_for_timeout(300)
+        page.wait_for_function(SETTLED, timeout=TIMEOUT_MS)
         height = page.evaluate("() => window.innerHeight")
         width = page.evaluate("() => window.innerWidth")
         boxes = page.evaluate("""() => {

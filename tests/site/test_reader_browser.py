@@ -188,7 +188,7 @@ def test_phone_figures_are_readable_and_open_full_size_on_a_tap(phone, site):
 def test_phone_eos_mark_titles_and_the_contents_drawer(phone, site):
     _, base_url = site
     _open(phone, base_url + "chapters/02-temperature.html")
-    phone.wait_for_timeout(500)  # widgets render after the load
+    phone.locator(".bd-article .dl-eos").first.wait_for(state="attached")  # the EOS marks are drawn after the load
     article = phone.locator(".bd-article")
     assert "\u2403" not in article.inner_text()
     assert phone.locator(".bd-article .dl-eos").count() >= 1
