@@ -1,0 +1,153 @@
+"""Turn the `{doc}` roles of notebooks into plain Markdown links that name the target page.
+
+A `{doc}` role to another page reads well in the built book, but jupyterlab-myst 2.7.0 (what `make lab` and
+`make lecture` install) cannot see other files: it shows the bare file name, and its link 404s. A plain Markdown link
+to the source file works in both: myst-parser resolves `[text](03-strategies.ipynb)` to the page's document link in
+the book (checked by `jupyter-book build -W -n`), and JupyterLab opens the notebook when it is clicked. The link's
+text is the target's chapter number and title, as the book's table of contents numbers them:
+
+    {doc}`03-strategies`                      ->  [第 3 章 常见解码策略](03-strategies.ipynb)
+    {doc}`这一章 <03-strategies>`             ->  [第 3 章 常见解码策略](03-strategies.ipynb)
+    {doc}`解码策略：常见解码策略 <03-strategies>`  keeps its text, which names the title
+
+Only markdown cells change, so a converted notebook needs no re-execution. Idempotent. `--check` changes nothing and
+exits 1 when a notebook would change.
+
+    python scripts/doc_links.py chapters/01-logits-to-probs.ipynb exercises/*.ipynb
+    python scripts/doc_links.py --check chapters/*.ipynb
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_ROLE = re.compile(r"\{doc\}`([^`]+)`")
+_EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.DOTALL)
+_HEADING = re.compile(r"^#\s+(.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of the book: its source file, its chapter number (None for the unnumbered root) and its title."""
+
+    path: Path
+    number: int | None
+    title: str
+
+    @property
+    def link_text(self) -> str:
+        return self.title if self.number is None else f"第 {self.number} 章 {self.title}"
+
+
+def _source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def page_title(path: Path) -> str:
+    """The text of the first `# ` heading of a notebook's markdown cells or of a Markdown file."""
+    path = Path(path)
+    if path.suffix == ".ipynb":
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        text = "\n".join(_source(cell) for cell in notebook["cells"] if cell.get("cell_type") == "markdown")
+    elif path.suffix == ".md":
+        text = path.read_text(encoding="utf-8")
+    else:
+        raise ValueError(f"path must be a .ipynb or .md file, got {path}")
+    heading = _HEADING.search(text)
+    if heading is None:
+        raise ValueError(f"{path} has no '# ' heading to name it by")
+    return heading.group(1)
+
+
+def book_pages(root: Path = ROOT) -> dict[str, Page]:
+    """Every page of `root`'s _toc.yml by its name without extension ('chapters/03-strategies'), numbered as the
+    toc numbers them: the root is unnumbered, the chapters of the parts count 1, 2, 3, ... across the parts."""
+    import yaml
+
+    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text(encoding="utf-8"))
+    entries = [(toc["root"], None)]
+    chapters = [chapter["file"] for part in toc.get("parts", []) for chapter in part.get("chapters", [])]
+    entries += [(name, number) for number, name in enumerate(chapters, start=1)]
+    pages = {}
+    for name, number in entries:
+        files = [Path(root) / f"{name}{suffix}" for suffix in (".ipynb", ".md")]
+        existing = [path for path in files if path.is_file()]
+        if len(existing) != 1:
+            raise ValueError(f"toc entry {name!r} must match exactly one of {[str(f) for f in files]}")
+        pages[name] = Page(existing[0], number, page_title(existing[0]))
+    return pages
+
+
+def _target_page(target: str, here: Path, pages: dict[str, Page], root: Path) -> Page:
+    target = target.strip()
+    name = target.lstrip("/") if target.startswith("/") else os.path.relpath(here / target, root)
+    name = Path(name).with_suffix("").as_posix() if Path(name).suffix in (".ipynb", ".md") else Path(name).as_posix()
+    if name not in pages:
+        raise ValueError(f"{{doc}}`{target}` in {here} names no page of the book's toc (known: {sorted(pages)})")
+    return pages[name]
+
+
+def convert_text(text: str, here: Path, pages: dict[str, Page], root: Path = ROOT) -> str:
+    """`text` (markdown in a file in the folder `here`) with each `{doc}` role replaced by a Markdown link to the
+    page's source file, relative to `here`, whose text is the page's chapter number and title."""
+    def link(match: re.Match) -> str:
+        content = match.group(1)
+        explicit = _EXPLICIT.match(content)
+        target = explicit.group("target") if explicit else content
+        page = _target_page(target, Path(here), pages, root)
+        shown = explicit.group("text") if explicit and page.title in explicit.group("text") else page.link_text
+        return f"[{shown}]({os.path.relpath(page.path, here)})"
+
+    return DOC_ROLE.sub(link, text)
+
+
+def converted(notebook: dict[str, Any], here: Path, pages: dict[str, Page], root: Path = ROOT) -> dict[str, Any]:
+    """A copy of `notebook` (nbformat 4 JSON as a dict, in the folder `here`) whose markdown cells hold links
+    instead of `{doc}` roles. Code cells and outputs are not touched."""
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise ValueError("notebook must be an nbformat 4 notebook dict with a 'cells' list")
+    result = copy.deepcopy(notebook)
+    for cell in result["cells"]:
+        if cell.get("cell_type") != "markdown":
+            continue
+        before = _source(cell)
+        after = convert_text(before, here, pages, root)
+        if after != before:
+            cell["source"] = after.splitlines(keepends=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook would change")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the book's folder, with _toc.yml (default: this repo)")
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    pages = book_pages(root)
+    changed = []
+    for path in args.notebooks:
+        if path.suffix != ".ipynb" or not path.is_file():
+            parser.error(f"not a notebook file: {path}")
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        new = converted(notebook, path.resolve().parent, pages, root)
+        if new != notebook:
+            changed.append(path)
+            if not args.check:
+                path.write_text(json.dumps(new, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    for path in changed:
+        print(f"{'would convert' if args.check else 'converted'} the {{doc}} roles of {path}")
+    return 1 if args.check and changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
