@@ -115,3 +115,41 @@ def test_flat_and_peaked_contexts(lang):
     entropies = [h for _, h in lang.example_contexts()]
     assert max(entropies) > 3.0 and min(entropies) < 1e-9
     assert lang.next_token_probs("")  # the empty prefix starts every sentence
+
+
+def all_continuations(lang, prefix, logp=0.0, rest=""):
+    """Every way to finish `prefix`, with its log-probability, by walking next_token_probs (small supports only)."""
+    for ch, p in lang.next_token_probs(prefix + rest).items():
+        if ch == lang.EOS:
+            yield rest, logp + math.log(p)
+        else:
+            yield from all_continuations(lang, prefix, logp + math.log(p), rest + ch)
+
+
+@pytest.mark.parametrize("prefix", ["小明喜欢吃", "祝", "你知道北"])
+def test_most_probable_continuations_match_enumeration(lang, prefix):
+    enumerated = sorted(all_continuations(lang, prefix), key=lambda item: -item[1])
+    found = lang.most_probable_continuations(prefix, k=3)
+    assert [text for text, _ in found] == [text for text, _ in enumerated[:3]]
+    for (text, logp), (_, expected) in zip(found, enumerated):
+        assert logp == pytest.approx(expected, abs=1e-9)
+        assert logp == pytest.approx(lang.log_prob(prefix + text) - lang._forward(prefix)[1], abs=1e-9)
+
+
+def test_most_probable_continuations_see_ties_and_short_supports(lang):
+    (first, a), (second, b) = lang.most_probable_continuations("小明在", k=2)  # 30 equally likely places
+    assert first != second and a == pytest.approx(b, abs=1e-12)
+    assert lang.most_probable_continuations("床前明月光，疑是地上", k=5) == [("霜。", 0.0)]
+
+
+@pytest.mark.parametrize("prefix, k, error, message", [
+    ("小明", 0, ValueError, "k must be an int >= 1, got 0"),
+    ("小明", 2.0, ValueError, "k must be an int >= 1, got 2.0"),
+    ("小明", True, ValueError, "k must be an int >= 1, got True"),
+    ("霜霜霜", 2, ValueError, "cannot start any sentence"),
+    ("hello", 2, ValueError, "not in the alphabet"),
+    (3, 2, TypeError, "prefix must be a str, got int"),
+])
+def test_most_probable_continuations_check_inputs(lang, prefix, k, error, message):
+    with pytest.raises(error, match=message):
+        lang.most_probable_continuations(prefix, k)

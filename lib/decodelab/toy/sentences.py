@@ -136,6 +136,42 @@ class ToyLanguage(AlphabetChecks):
         """True when the language produces `text` as a whole sentence."""
         return self.log_prob(text) > -math.inf
 
+    def most_probable_continuations(self, prefix: str, k: int = 2) -> list[tuple[str, float]]:
+        """The `k` most probable ways to finish a sentence that starts with `prefix`: (continuation, log P(continuation
+        + end | prefix)), most probable first; fewer when the language has fewer. Exact: a k-best Viterbi pass over
+        the automaton, which is acyclic, from the positions the forward algorithm leaves after `prefix` (the grammar
+        is unambiguous, so each path is a different sentence). k = 2 tells whether the most probable one is unique.
+
+        >>> [(text, round(logp, 6)) for text, logp in ToyLanguage().most_probable_continuations("床前明月光，疑是地上")]
+        [('霜。', 0.0)]
+
+        Taught in: chapters/03-strategies.ipynb (is beam search's output the truth's most probable continuation?)
+        """
+        self.check_text(prefix, "prefix")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        state, _ = self._forward(prefix)
+        if not state:
+            raise ValueError(f"prefix {prefix!r} cannot start any sentence of the toy language "
+                             "(check with prefix_is_viable)")
+        best: dict[int, list[tuple[float, str]]] = {}
+
+        def suffixes(pos: int) -> list[tuple[float, str]]:
+            """The k best (log P, text) from automaton position `pos` to the end of the sentence."""
+            if pos not in best:
+                found = []
+                for edge in self._edges[pos]:
+                    step = math.log(edge.prob)
+                    if edge.char is None:
+                        found.append((step, ""))
+                    else:
+                        found += [(step + logp, edge.char + rest) for logp, rest in suffixes(edge.target)]
+                best[pos] = sorted(found, key=lambda item: -item[0])[:k]
+            return best[pos]
+
+        found = [(math.log(weight) + logp, rest) for pos, weight in state.items() for logp, rest in suffixes(pos)]
+        return [(rest, logp) for logp, rest in sorted(found, key=lambda item: -item[0])[:k]]
+
     # ---- sampling ----------------------------------------------------------------------------------------
     def sample(self, n: int, seed: int = 0) -> list[str]:
         """`n` sentences drawn independently from the language with a fixed `seed`."""
