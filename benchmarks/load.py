@@ -6,15 +6,18 @@ sequences, one engine thread) and sends it `--requests` streaming completions fr
 one connection per client), arriving as a Poisson process at each rate of `--rates` (requests/s; `burst` sends
 them all at once: that many concurrent streaming clients). Prompts are 2-8 characters of toy-language sentences;
 output lengths are heavy-tailed (Pareto, shape 1.5, from 8 tokens, at most 200; `ignore_eos` makes each request
-generate exactly its length), sampled at temperature 0.8 with a seed per request. The workload is the same for
-every run (seed 0).
+generate exactly its length), sampled at temperature 0.8 with a seed per request. A workload seed (`--seeds`, default
+0) fixes the prompts, the lengths and the arrival times; every mode and rate gets the same workload of a seed. With
+several seeds the runs go seed by seed (all rates of seed 0, then of seed 1, ...), so a change in the machine's load
+from other jobs spreads over the rates, and the JSON's "summary" gives, per mode and rate, the median and the
+interquartile range over seeds of each latency percentile and of the throughput.
 
 Per run: requests completed, refused (503, queue full) and lost (anything else: must be 0); p50 and p99 of TTFT
 (send to first streamed token) and of TPOT (time per output token after the first, per request); normalized
 latency (end-to-end time / output tokens, the vLLM paper's Figure 12 measure); output tokens/s over the run. CPU
 figures: the server and the clients share this machine's cores.
 
-    python benchmarks/load.py [--quick] [--rates 2,4,8,burst] [--requests N] [--out PATH]
+    python benchmarks/load.py [--quick] [--rates 2,4,8,burst] [--requests N] [--seeds 0,1,2] [--out PATH]
     python benchmarks/load.py --base-url http://127.0.0.1:8000/v1 --model NAME   # a server already running
 
 Prints a table and writes benchmarks/results/load.json. Taught in: chapters/07c-serving.ipynb
@@ -43,6 +46,8 @@ from decodelab.toy import ToyLanguage
 RESULTS = Path(__file__).parent / "results" / "load.json"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MIN_TOKENS, MAX_TOKENS, PARETO_SHAPE = 8, 200, 1.5
+# the per-run figures the summary over seeds gives a median and interquartile range of
+SUMMARIZED = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "normalized_latency_mean_s", "throughput_tok_s")
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,46 @@ def table(runs: list[dict]) -> Table:
                   "TPOT p50 ms", "TPOT p99 ms", "norm. latency ms/tok", "tok/s"], rows)
 
 
+def over_seeds(runs: list[dict]) -> list[dict]:
+    """Per (batching, rate), in the order first run: the median, first and third quartile over seeds of each figure
+    in SUMMARIZED (numpy's linear percentiles), and the requests completed, refused and lost over all seeds.
+
+    >>> rows = over_seeds([{"batching": "continuous", "rate": 8.0, "seed": s, "requests": 2, "completed": 2,
+    ...                     "refused": 0, "lost": 0, **dict.fromkeys(SUMMARIZED, float(s))} for s in range(5)])
+    >>> rows[0]["seeds"], rows[0]["ttft_p99_s"]
+    ([0, 1, 2, 3, 4], {'median': 2.0, 'q1': 1.0, 'q3': 3.0})
+    """
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"runs must be a non-empty list of run dicts, got {runs!r}")
+    groups: dict[tuple, list[dict]] = {}
+    for i, run in enumerate(runs):
+        missing = {"batching", "rate", "seed", "requests", "completed", "refused", "lost", *SUMMARIZED} - set(run)
+        if missing:
+            raise ValueError(f"runs[{i}] lacks {sorted(missing)}")
+        groups.setdefault((run["batching"], run["rate"]), []).append(run)
+    rows = []
+    for (mode, rate), group in groups.items():
+        row = {"batching": mode, "rate": rate, "seeds": [r["seed"] for r in group]}
+        for key in ("requests", "completed", "refused", "lost"):
+            row[key] = sum(r[key] for r in group)
+        for key in SUMMARIZED:
+            values = [r[key] for r in group if r[key] is not None]
+            q1, median, q3 = np.percentile(values, [25, 50, 75]) if values else (None, None, None)
+            row[key] = None if not values else {"median": float(median), "q1": float(q1), "q3": float(q3)}
+        rows.append(row)
+    return rows
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--seeds takes non-negative integers, comma-separated, got {text!r}") from None
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--seeds must be distinct non-negative integers, got {text!r}")
+    return seeds
+
+
 def parse_rates(text: str) -> list[float | None]:
     rates = []
     for part in text.split(","):
@@ -170,6 +215,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="continuous only, 200 burst clients and one rate")
     parser.add_argument("--rates", default="4,8,16,32,64,burst", help="requests/s, comma-separated; burst = at once")
     parser.add_argument("--requests", type=int, default=200, help="requests per run (default 200)")
+    parser.add_argument("--seeds", default="0", help="workload seeds, comma-separated (default 0)")
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--batching", default="continuous,static", help="modes to run, comma-separated")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a client waits (default 300)")
@@ -182,6 +228,7 @@ def main() -> None:
     if args.quick:
         args.rates, args.batching = "16,burst", "continuous"
     rates = parse_rates(args.rates)
+    args.seed_list = parse_seeds(args.seeds)
     modes = [m.strip() for m in args.batching.split(",")]
     if not set(modes) <= {"continuous", "static"}:
         raise SystemExit(f"--batching takes continuous and/or static, got {args.batching!r}")
@@ -205,8 +252,8 @@ def main() -> None:
               "processor": platform.processor() or platform.machine(), "python": sys.version.split()[0],
               "workload": {"prompt_chars": "2-8", "output_tokens": f"{MIN_TOKENS}*(1+Pareto({PARETO_SHAPE})), "
                                                                    f"at most {MAX_TOKENS}",
-                           "temperature": 0.8, "seed": 0},
-              "runs": runs}
+                           "temperature": 0.8, "seeds": args.seed_list},
+              "summary": over_seeds(runs), "runs": runs}
     out = args.out or RESULTS
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -219,14 +266,15 @@ def main() -> None:
 def measure(base_url: str, model: str, mode: str, rates: list[float | None], args) -> list[dict]:
     runs = []
     requests_count = 200 if args.quick else args.requests
-    for rate in rates:
-        count = requests_count if rate is None or not args.quick else 40
-        requests = workload(count, rate)
-        results, start = asyncio.run(run(base_url + "/completions", model, requests, args.timeout))
-        summary = summarize(requests, results, start)
-        runs.append({"batching": mode, "rate": "burst" if rate is None else rate, **summary})
-        print(f"{mode:10s} rate {runs[-1]['rate']}: {summary['completed']}/{count} done, {summary['refused']} "
-              f"refused, {summary['lost']} lost, {summary['duration_s']:.1f} s", flush=True)
+    for seed in args.seed_list:
+        for rate in rates:
+            count = requests_count if rate is None or not args.quick else 40
+            requests = workload(count, rate, seed)
+            results, start = asyncio.run(run(base_url + "/completions", model, requests, args.timeout))
+            summary = summarize(requests, results, start)
+            runs.append({"batching": mode, "rate": "burst" if rate is None else rate, "seed": seed, **summary})
+            print(f"{mode:10s} seed {seed} rate {runs[-1]['rate']}: {summary['completed']}/{count} done, "
+                  f"{summary['refused']} refused, {summary['lost']} lost, {summary['duration_s']:.1f} s", flush=True)
     return runs
 
 

@@ -157,6 +157,8 @@ def test_load_benchmark_smoke(tmp_path):
     (["--base-url", "http://example.com:8000/v1"], "must be on loopback"),
     (["--rates", "fast"], "--rates takes numbers"),
     (["--requests", "0"], "--requests must be >= 1"),
+    (["--seeds", "0,x"], "--seeds takes non-negative integers"),
+    (["--seeds", "1,1"], "--seeds must be distinct non-negative integers"),
 ])
 def test_load_benchmark_refuses_bad_arguments(args, message):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "load.py"), *args], capture_output=True, text=True,
@@ -179,3 +181,25 @@ def test_bookkeeping_benchmark_refuses_a_folder_that_is_not_nano_vllm(tmp_path):
                            "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=600)
     assert done.returncode != 0
     assert "--nano-vllm must point at a nano-vllm checkout (with nanovllm/engine/scheduler.py)" in done.stderr
+
+
+def load_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("load_benchmark", BENCHMARKS / "load.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_load_summary_over_seeds_gives_median_and_quartiles():
+    load = load_module()
+    runs = [{"batching": "static", "rate": "burst", "seed": s, "requests": 200, "completed": 199, "refused": 1,
+             "lost": 0, **{key: 0.1 * (s + 1) for key in load.SUMMARIZED}} for s in (3, 1, 4, 0, 2)]
+    [row] = load.over_seeds(runs)
+    assert row["seeds"] == [3, 1, 4, 0, 2] and (row["completed"], row["refused"], row["lost"]) == (995, 5, 0)
+    assert row["ttft_p99_s"] == pytest.approx({"median": 0.3, "q1": 0.2, "q3": 0.4})
+    with pytest.raises(ValueError, match="runs must be a non-empty list"):
+        load.over_seeds([])
+    with pytest.raises(ValueError, match=r"runs\[0\] lacks \['seed'\]"):
+        load.over_seeds([{k: v for k, v in runs[0].items() if k != "seed"}])
