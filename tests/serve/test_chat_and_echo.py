@@ -20,7 +20,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from decodelab.engine.engine import Engine
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.serve.app import create_app
-from decodelab.serve.chat import JOINED_TURNS, load_chat_template, render_chat, resolve_chat_template
+from decodelab.serve.chat import TOY_TURNS, load_chat_template, render_chat, resolve_chat_template
 from decodelab.serve.local_server import LocalServer
 
 pytestmark = pytest.mark.slow  # a server in a child process, over HTTP
@@ -30,6 +30,11 @@ MODEL = "tiny-zh"
 
 def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
+
+
+def chat_prompt(tokenizer, messages: list[dict], **kwargs) -> list[int]:
+    """The prompt ids the server renders for `messages` with the shipped models' default template."""
+    return render_chat(tokenizer, TOY_TURNS, messages, **kwargs)
 
 
 def post(server, route: str, body: dict) -> httpx.Response:
@@ -59,13 +64,16 @@ def joined(chunks: list[ChatCompletionChunk]) -> dict[int, str]:
 
 # -- chat -----------------------------------------------------------------------------------------------------
 
-def test_chat_equals_the_completion_of_the_templates_prompt(server, client, engine):
+def test_chat_equals_the_completion_of_the_templates_prompt(server, client, engine, tiny):
+    _, tokenizer = tiny
     messages = [{"role": "system", "content": "今天，"}, {"role": "user", "content": "小明"}]
     body = post(server, "/chat/completions", {"messages": messages, "temperature": 0, "max_tokens": 30})
     assert body.status_code == 200
     chat = ChatCompletion.model_validate(body.json())                 # the SDK's own response type
     assert chat.object == "chat.completion" and chat.id.startswith("chatcmpl-") and chat.model == MODEL
-    [reference] = engine.generate(["今天，小明"], SamplingParams(temperature=0, max_tokens=30))
+    prompt = chat_prompt(tokenizer, messages)                         # <s>今天，小明</s><s>: the reply is a new text
+    assert prompt[-2:] == [tokenizer.eos_token_id, tokenizer.bos_token_id]
+    [reference] = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=30))
     [choice] = chat.choices
     assert choice.message.role == "assistant" and choice.message.content == reference.text
     assert choice.finish_reason == reference.finish_reason
@@ -73,6 +81,28 @@ def test_chat_equals_the_completion_of_the_templates_prompt(server, client, engi
     assert chat.usage.completion_tokens == len(reference.token_ids)
     via_client = client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=30)
     assert via_client.choices[0].message.content == reference.text
+
+
+def test_the_reply_marker_starts_a_new_sentence_and_continue_final_message_continues(client, engine, tiny):
+    """The measured behaviour TOY_TURNS documents: after the user turn 小明 the greedy reply is a new sentence (the
+    completion of 小明 is its rest, 喜欢吃米饭。); continue_final_message is the completion of the open text."""
+    _, tokenizer = tiny
+    reply = client.chat.completions.create(model=MODEL, messages=user("小明"), temperature=0, max_tokens=30)
+    assert reply.choices[0].message.content == "小明喜欢吃米饭。" and reply.usage.prompt_tokens == 5
+    [rest] = engine.generate(["小明"], SamplingParams(temperature=0, max_tokens=30))
+    assert rest.text == "喜欢吃米饭。"
+    whole = client.chat.completions.create(model=MODEL, messages=user("今天天气很好。"), temperature=0, max_tokens=30)
+    assert whole.choices[0].message.content != ""             # without the marker the reply was empty (EOS first)
+    [ended] = engine.generate(["今天天气很好。"], SamplingParams(temperature=0, max_tokens=30))
+    assert ended.text == ""
+    continued = client.chat.completions.create(
+        model=MODEL, messages=user("小明") + [{"role": "assistant", "content": "喜欢"}], temperature=0, max_tokens=30,
+        extra_body={"add_generation_prompt": False, "continue_final_message": True})
+    prompt = chat_prompt(tokenizer, user("小明") + [{"role": "assistant", "content": "喜欢"}],
+                         add_generation_prompt=False, continue_final_message=True)
+    [reference] = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=30))
+    assert prompt[-2:] == tokenizer("喜欢", add_special_tokens=False)["input_ids"]
+    assert continued.choices[0].message.content == reference.text
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -117,7 +147,7 @@ def test_chat_seed_repeats_and_n_samples_equal_the_engine(client, engine, tiny):
     first, second = client.chat.completions.create(**kwargs), client.chat.completions.create(**kwargs)
     texts = [c.message.content for c in first.choices]
     assert texts == [c.message.content for c in second.choices] and len(set(texts)) == 2
-    prompt = render_chat(tokenizer, JOINED_TURNS, user("老师说"))
+    prompt = chat_prompt(tokenizer, user("老师说"))
     [reference] = engine.generate([prompt], SamplingParams(temperature=0.9, top_p=0.95, seed=7, n=2, max_tokens=30))
     assert texts == [s.text for s in reference.samples]
     other = client.chat.completions.create(**{**kwargs, "seed": 8})
@@ -130,7 +160,7 @@ def test_chat_takes_the_penalties_bias_and_vllm_extras(client, engine, tiny):
     params = SamplingParams(temperature=0.7, seed=2, max_tokens=20, top_k=5, min_p=0.05, repetition_penalty=1.2,
                             frequency_penalty=0.5, presence_penalty=0.3, logit_bias={banned: -100},
                             bad_words=("喜欢",), min_tokens=5)
-    [reference] = engine.generate(["小明"], params)
+    [reference] = engine.generate([chat_prompt(tokenizer, user("小明"))], params)
     response = client.chat.completions.create(
         model=MODEL, messages=user("小明"), temperature=0.7, seed=2, max_completion_tokens=20, frequency_penalty=0.5,
         presence_penalty=0.3, logit_bias={str(banned): -100},
@@ -141,12 +171,13 @@ def test_chat_takes_the_penalties_bias_and_vllm_extras(client, engine, tiny):
 
 def test_chat_min_tokens_holds_back_eos_where_it_is_the_argmax(client, engine, tiny):
     _, tokenizer = tiny
-    [plain] = engine.generate(["小明"], SamplingParams(temperature=0, max_tokens=40))
+    prompt = chat_prompt(tokenizer, user("小明"))
+    [plain] = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=40))
     assert plain.token_ids[-1] == tokenizer.eos_token_id            # greedy ends at EOS here
     k = len(plain.token_ids) + 4
     response = client.chat.completions.create(model=MODEL, messages=user("小明"), temperature=0, max_tokens=40,
                                               extra_body={"min_tokens": k})
-    [held] = engine.generate(["小明"], SamplingParams(temperature=0, max_tokens=40, min_tokens=k))
+    [held] = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=40, min_tokens=k))
     assert response.usage.completion_tokens >= k and response.choices[0].message.content == held.text
     assert tokenizer.eos_token_id not in held.token_ids[:k]
 
@@ -155,7 +186,7 @@ def test_200_concurrent_chat_streams_arrive_whole(client, engine, tiny):
     """Each seeded stream must equal the engine's own sample for its seed: nothing lost, nothing mixed up. The
     requests wait in the server's queue as long as they need; nothing here depends on the machine's speed."""
     _, tokenizer = tiny
-    prompt = render_chat(tokenizer, JOINED_TURNS, user("小明"))
+    prompt = chat_prompt(tokenizer, user("小明"))
     params = [SamplingParams(temperature=1.0, seed=i, max_tokens=6, ignore_eos=True) for i in range(200)]
     expected = [c.text for c in engine.generate([prompt] * 200, params)]
 
@@ -228,7 +259,7 @@ def test_a_model_without_a_template_gets_400_and_a_given_template_is_used(tiny):
     model, tokenizer = tiny
     assert tokenizer.chat_template is None
     assert resolve_chat_template("some/hub-model", tokenizer, None) is None       # only shipped models default
-    assert resolve_chat_template(MODEL, tokenizer, None) == JOINED_TURNS
+    assert resolve_chat_template(MODEL, tokenizer, None) == TOY_TURNS
     engine = Engine(model, tokenizer, max_num_seqs=2)
     with TestClient(create_app(engine, MODEL)) as bare:
         response = bare.post("/v1/chat/completions", json={"model": MODEL, "messages": user("小明")})
@@ -243,8 +274,8 @@ def test_a_model_without_a_template_gets_400_and_a_given_template_is_used(tiny):
 
 def test_chat_template_flag_takes_a_file_or_a_template(tmp_path):
     path = tmp_path / "t.jinja"
-    path.write_text(JOINED_TURNS, encoding="utf-8")
-    assert load_chat_template(str(path)) == JOINED_TURNS == load_chat_template(JOINED_TURNS)
+    path.write_text(TOY_TURNS, encoding="utf-8")
+    assert load_chat_template(str(path)) == TOY_TURNS == load_chat_template(TOY_TURNS)
     with pytest.raises(ValueError, match="neither a readable file nor a template"):
         load_chat_template(str(tmp_path / "missing.jinja"))
     done = subprocess.run([sys.executable, "-m", "decodelab.serve", "--chat-template", str(tmp_path / "nope"),
@@ -327,6 +358,76 @@ def test_harness_loglikelihood_through_the_server_equals_the_exact_value(client,
     reference = direct_logprobs(model, ids)
     exact = sum(reference[j - 1, ids[j]].item() for j in range(n_context, len(ids)))
     assert abs(served - exact) < 1e-5
+
+
+def check_prompt_logprobs(entries: list, model, tokenizer, ids: list[int], k: int) -> None:
+    """vLLM's prompt_logprobs against a direct forward: None first, then each prompt token's log-softmax (within
+    1e-5) and rank, and the k most likely tokens."""
+    reference = direct_logprobs(model, ids)
+    assert entries[0] is None and len(entries) == len(ids)
+    for j, entry in enumerate(entries[1:], start=1):
+        own = entry[str(ids[j])]
+        assert abs(own["logprob"] - reference[j - 1, ids[j]].item()) < 1e-5
+        assert own["rank"] == 1 + int((reference[j - 1] > reference[j - 1, ids[j]] + 1e-6).sum())
+        top = reference[j - 1].topk(k).indices.tolist() if k else []
+        assert set(entry) == {str(t) for t in [ids[j], *top]}
+        assert all(abs(entry[str(t)]["logprob"] - reference[j - 1, t].item()) < 1e-5 for t in top)
+
+
+def test_chat_prompt_logprobs_equal_the_models_log_softmax(server, tiny):
+    """vLLM's chat route returns prompt_logprobs at the response's top level, for the rendered prompt: the template's
+    <s> and </s> markers are prompt tokens like the others."""
+    model, tokenizer = tiny
+    messages = [{"role": "system", "content": "今天，"}, {"role": "user", "content": "小明在公园"},
+                {"role": "assistant", "content": "跑步。"}, {"role": "user", "content": "小红"}]
+    raw = post(server, "/chat/completions", {"messages": messages, "prompt_logprobs": 2, "max_tokens": 3,
+                                             "temperature": 0}).json()
+    chat = ChatCompletion.model_validate(raw)
+    check_prompt_logprobs(chat.model_extra["prompt_logprobs"], model, tokenizer, chat_prompt(tokenizer, messages), 2)
+    plain = post(server, "/chat/completions", {"messages": messages, "max_tokens": 3, "temperature": 0}).json()
+    assert "prompt_logprobs" not in plain
+    assert plain["choices"][0]["message"] == raw["choices"][0]["message"]    # prompt_logprobs alone do not echo
+
+
+def test_chat_echo_prepends_the_last_message_of_the_replys_role(server, client, engine, tiny):
+    """vLLM's chat echo: the last message's text goes before the reply when its role is the reply's (the last
+    message's own role without a generation prompt, the assistant's with one), plain and streamed alike; echo also
+    asks for the prompt's log-probabilities, top_logprobs of them (0: the prompt tokens' own)."""
+    model, tokenizer = tiny
+    messages = user("小明") + [{"role": "assistant", "content": "喜欢"}]
+    open_text = {"add_generation_prompt": False, "continue_final_message": True}
+    ids = chat_prompt(tokenizer, messages, add_generation_prompt=False, continue_final_message=True)
+    [reference] = engine.generate([ids], SamplingParams(temperature=0, max_tokens=20))
+    body = {"messages": messages, "echo": True, "temperature": 0, "max_tokens": 20} | open_text
+    raw = post(server, "/chat/completions", body).json()
+    chat = ChatCompletion.model_validate(raw)
+    assert chat.choices[0].message.content == "喜欢" + reference.text and chat.choices[0].message.role == "assistant"
+    check_prompt_logprobs(raw["prompt_logprobs"], model, tokenizer, ids, 0)
+    chunks = [ChatCompletionChunk.model_validate(p) for p in sse(server, "/chat/completions", body)]
+    assert joined(chunks)[0] == chat.choices[0].message.content
+    via_client = client.chat.completions.create(model=MODEL, messages=messages, temperature=0.8, seed=4, n=2,
+                                                max_tokens=20, extra_body={"echo": True} | open_text)
+    [sampled] = engine.generate([ids], SamplingParams(temperature=0.8, seed=4, n=2, max_tokens=20))
+    assert [c.message.content for c in via_client.choices] == ["喜欢" + s.text for s in sampled.samples]
+    # the last message is the user's and the reply the assistant's: nothing is echoed
+    asked = post(server, "/chat/completions", {"messages": user("小明"), "echo": True, "temperature": 0,
+                                               "max_tokens": 20}).json()
+    [reply] = engine.generate([chat_prompt(tokenizer, user("小明"))], SamplingParams(temperature=0, max_tokens=20))
+    assert asked["choices"][0]["message"]["content"] == reply.text
+    check_prompt_logprobs(asked["prompt_logprobs"], model, tokenizer, chat_prompt(tokenizer, user("小明")), 0)
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"prompt_logprobs": 2, "stream": True}, "prompt_logprobs"),    # vLLM: not with a stream
+    ({"prompt_logprobs": 21}, "prompt_logprobs"),
+    ({"prompt_logprobs": -1}, "prompt_logprobs"),
+    ({"echo": "yes"}, "echo"),
+    ({"echo": True, "top_logprobs": 2}, "top_logprobs"),            # top_logprobs still needs logprobs=true
+])
+def test_bad_chat_echo_requests_get_400(server, fields, param):
+    response = post(server, "/chat/completions", {"messages": user("小明"), "max_tokens": 3} | fields)
+    body = response.json()["error"]
+    assert response.status_code == 400 and body["param"] == param and param in body["message"], body
 
 
 @pytest.mark.parametrize("fields, param", [

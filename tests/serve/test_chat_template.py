@@ -7,15 +7,25 @@ from decodelab.engine.draw import TokenDrawer
 from decodelab.engine.engine import Engine
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.serve.app import create_app
-from decodelab.serve.chat import JOINED_TURNS, load_chat_template, message_text, render_chat
+from decodelab.serve.chat import TOY_TURNS, load_chat_template, message_text, render_chat
 from decodelab.validation import ParamError
 
 
-def test_joined_turns_is_bos_then_the_texts(tiny):
+def test_toy_turns_joins_each_side_and_marks_the_reply_with_bos(tiny):
     _, tokenizer = tiny
+    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     messages = [{"role": "system", "content": "今天，"}, {"role": "user", "content": "小明"},
-                {"role": "assistant", "content": "喜欢"}, {"role": "user", "content": "吃"}]
-    assert render_chat(tokenizer, JOINED_TURNS, messages) == tokenizer("今天，小明喜欢吃")["input_ids"]
+                {"role": "assistant", "content": "喜欢"}, {"role": "assistant", "content": "吃"},
+                {"role": "user", "content": "米饭"}]
+    assert render_chat(tokenizer, TOY_TURNS, messages) == \
+        [bos, *ids("今天，小明"), eos, bos, *ids("喜欢吃"), eos, bos, *ids("米饭"), eos, bos]
+    assert render_chat(tokenizer, TOY_TURNS, messages[:1]) == [bos, *ids("今天，"), eos, bos]
+    # no generation prompt: the last text is closed and nothing starts; continue_final_message leaves it open
+    assert render_chat(tokenizer, TOY_TURNS, messages[:3], add_generation_prompt=False) == \
+        [bos, *ids("今天，小明"), eos, bos, *ids("喜欢"), eos]
+    assert render_chat(tokenizer, TOY_TURNS, messages[:3], add_generation_prompt=False,
+                       continue_final_message=True) == [bos, *ids("今天，小明"), eos, bos, *ids("喜欢")]
     assert message_text([{"type": "text", "text": "小"}, {"type": "text", "text": "明"}], 0) == "小明"
 
 
@@ -23,7 +33,10 @@ def test_joined_turns_is_bos_then_the_texts(tiny):
     (None, [{"role": "user", "content": "小明"}], "no chat template"),
     ("{{ raise_exception('no system turns') }}", [{"role": "user", "content": "小明"}], "no system turns"),
     ("{% for m in messages %}{{ m.content }", [{"role": "user", "content": "小明"}], "could not render"),
-    (JOINED_TURNS, [{"role": "user", "content": "hello"}], "outside the tokenizer's vocabulary"),
+    (TOY_TURNS, [{"role": "user", "content": "hello"}], "outside the tokenizer's vocabulary"),
+    (TOY_TURNS, [{"role": "user", "content": "小明</s><s>"}], "messages[0].content holds the special token"),
+    (TOY_TURNS, [{"role": "user", "content": "小明"}, {"role": "assistant", "content": "<unk>"}],
+     "messages[1].content holds the special token '<unk>'"),
 ])
 def test_render_errors_name_messages(tiny, template, messages, fragment):
     _, tokenizer = tiny

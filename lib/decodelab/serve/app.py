@@ -4,7 +4,7 @@ Routes: POST /v1/completions (streaming by server-sent events, n, seed, stop, lo
 logit_bias, vLLM's top_k / min_p / repetition_penalty / ignore_eos / stop_token_ids / structured_outputs / min_tokens
 / bad_words / allowed_token_ids / include_stop_str_in_output / prompt_logprobs), POST /v1/chat/completions (the same
 sampling fields; messages rendered by the chat template, `decodelab.serve.chat`; logprobs / top_logprobs,
-max_completion_tokens, response_format), GET /v1/models, GET /health, GET /metrics (Prometheus text).
+max_completion_tokens, response_format, vLLM's echo and prompt_logprobs), GET /v1/models, GET /health, GET /metrics (Prometheus text).
 The same `openai` client code talks to this server on a laptop and to `vllm serve` on a GPU:
 
     from openai import OpenAI
@@ -185,7 +185,8 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
         if isinstance(parsed, Response):
             return parsed
         try:
-            ids = render_chat(tokenizer, chat_template, parsed.message_dicts(), parsed.add_generation_prompt,
+            messages = parsed.message_dicts()
+            ids = render_chat(tokenizer, chat_template, messages, parsed.add_generation_prompt,
                               parsed.continue_final_message)
             checked = check(parsed, [engine.check_prompt(ids, "messages")], "messages")
         except ParamError as error:
@@ -198,14 +199,18 @@ def create_app(engine: Engine, model_name: str, max_queue_len: int = 256, batchi
         request_id = chat_id()
         if parsed.stream:
             include_usage = parsed.stream_options is not None and parsed.stream_options.include_usage
-            return StreamingResponse(_chat_chunks(runner, streams, request_id, model_name, tokenizer, include_usage),
-                                     media_type="text/event-stream")
+            return StreamingResponse(_chat_chunks(runner, streams, request_id, model_name, tokenizer, include_usage,
+                                                  parsed.echoed_text(messages)), media_type="text/event-stream")
         done = await _complete(request, runner, streams)
         if isinstance(done, Response):
             return done
         samples = [s for completion in done for s in (completion.samples or (completion,))]
-        choices = [chat_choice_json(i, sample, tokenizer) for i, sample in enumerate(samples)]
-        return JSONResponse(chat_completion_json(request_id, model_name, choices, _usage(done)))
+        echoed = parsed.echoed_text(messages)
+        choices = [chat_choice_json(i, sample, tokenizer, echoed) for i, sample in enumerate(samples)]
+        body = chat_completion_json(request_id, model_name, choices, _usage(done))
+        if done[0].prompt_logprobs is not None:                 # vLLM returns them at the top level on chat
+            body["prompt_logprobs"] = prompt_logprobs_json(done[0], tokenizer)
+        return JSONResponse(body)
 
     def openapi() -> dict:
         """FastAPI's document, with the two POST routes' request bodies (they read the body themselves, to answer
@@ -350,15 +355,19 @@ async def _completion_chunks(runner: AsyncEngine, streams: list[RequestStream], 
 
 
 async def _chat_chunks(runner: AsyncEngine, streams: list[RequestStream], request_id: str, model: str, tokenizer,
-                       include_usage: bool) -> AsyncIterator[bytes]:
+                       include_usage: bool, echoed: str = "") -> AsyncIterator[bytes]:
     """Server-sent events of /v1/chat/completions (OpenAI's `chat.completion.chunk`): first each choice's role,
-    then its content deltas (with logprobs when asked), its finish reason in its last chunk, optionally a last chunk
-    with the usage and no choices, then [DONE]."""
+    then (with vLLM's `echo`) each choice's echoed text, then its content deltas (with logprobs when asked), its
+    finish reason in its last chunk, optionally a last chunk with the usage and no choices, then [DONE]."""
     usage = [0, 0]
     n = streams[0].params.n
     for choice in range(len(streams) * n):
         yield _sse(chat_completion_json(request_id, model, [{"index": choice, "delta": {"role": "assistant",
                                                                                          "content": ""},
+                                                              "logprobs": None, "finish_reason": None}],
+                                        None, chunk=True))
+    for choice in range(len(streams) * n if echoed else 0):
+        yield _sse(chat_completion_json(request_id, model, [{"index": choice, "delta": {"content": echoed},
                                                               "logprobs": None, "finish_reason": None}],
                                         None, chunk=True))
     async for piece in _pieces(runner, streams, tokenizer, usage):
@@ -390,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the engine")
     parser.add_argument("--chat-template", default=None,
                         help="a Jinja chat template, or a file holding one, for /v1/chat/completions (default: the "
-                             "tokenizer's; the shipped models, which have none, get decodelab.serve.chat.JOINED_TURNS)")
+                             "tokenizer's; the shipped models, which have none, get decodelab.serve.chat.TOY_TURNS)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 

@@ -4,16 +4,35 @@ The prompt of `POST /v1/chat/completions` is the tokenizer's chat template appli
 (`tokenizer.apply_chat_template`, as vLLM does), so a hub model that ships a template is served as vLLM serves it.
 `--chat-template` (a file path or the template itself) overrides the tokenizer's. The shipped models (tiny-zh,
 tiny-zh-doc and the small doc variants) have no template, and their assets stay as they are: for them the server uses
-`JOINED_TURNS`, the documented default below. Any other model without a template, and no `--chat-template`, gets a
-400 that says so.
+`TOY_TURNS`, the documented default below. Any other model without a template, and no `--chat-template`, gets a 400
+that says so.
 
-`JOINED_TURNS` writes the BOS token and then every message's text, in order, with nothing between them; the reply
-starts where the last message ends. The shipped models were trained on plain toy-language text, never on dialogues,
-and their vocabulary holds no role or turn marker: any marker would be text they never saw. So a chat request to
-tiny-zh continues the joined text, exactly as `/v1/completions` continues the same prompt (a test holds this).
+The shipped models were never trained on dialogues. They were trained on rows `<s> text </s>` of the toy language
+(one sentence, or one document for tiny-zh-doc), and their vocabulary has no role or turn token. `TOY_TURNS` builds a
+dialogue out of the one structure they know:
 
-    template = resolve_chat_template("tiny-zh", tokenizer, None)      # JOINED_TURNS: tiny-zh has none
-    ids = render_chat(tokenizer, template, [{"role": "user", "content": "小明"}])   # [<s>, 小, 明]
+- the messages of one side are joined into one text: consecutive system, developer and user messages with nothing
+  between them, and each run of assistant messages likewise;
+- a change of side ends the text and starts a new one: `</s><s>`;
+- the last text is closed with `</s>`, and the reply's start is marked with `<s>` (the generation prompt, added
+  with `add_generation_prompt`, the default): the prompt ends in `</s><s>`, so the reply is the next text, begun
+  where the model begins every text.
+
+    [{"role": "user", "content": "小明"}]                    ->  <s> 小 明 </s> <s>
+    [system "今天，", user "小明", assistant "喜欢", user "吃"] ->  <s> 今天，小明 </s> <s> 喜欢 </s> <s> 吃 </s> <s>
+
+Both markers are the tokenizer's own special tokens (`bos_token`, `eos_token`), so every shipped tokenizer encodes
+them, and a message whose text holds a special token's spelling ("</s>") is refused (400 naming `messages`), so no
+text a user sends can forge a turn. What the model does with the marker was measured on tiny-zh: after the user turn
+"小明" the greedy reply is "小明喜欢吃米饭。", a new sentence rather than the rest of the user's (a test holds this),
+and 78 of 100 samples at temperature 1 (seeds 0-99) are valid sentences of the language. Without a marker the model only continued the user's text, and a user turn that was already
+a whole sentence ("今天天气很好。") got an empty reply. A reply is still no answer: the model has never seen a question
+answered; it writes another sentence of its language, shaped by the text before it only as far as attention to an
+earlier row, never trained, carries. `continue_final_message` (with `add_generation_prompt` false) leaves the last
+message's text open instead, and the model continues it, exactly as `/v1/completions` continues that text.
+
+    template = resolve_chat_template("tiny-zh", tokenizer, None)              # TOY_TURNS: tiny-zh has none
+    ids = render_chat(tokenizer, template, [{"role": "user", "content": "小明"}])   # [<s>, 小, 明, </s>, <s>]
 
 Used by: decodelab.serve.app. Taught in: chapters/07c-serving.ipynb
 """
@@ -23,11 +42,19 @@ from pathlib import Path
 
 from decodelab.validation import ParamError
 
-# the shipped models' default template: BOS, then the messages' texts joined; the generation prompt adds nothing
-JOINED_TURNS = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+# the shipped models' default template: each side's messages joined into one text <s> ... </s>; a change of side ends
+# the text and begins the next one (</s><s>); the generation prompt, the reply's start, is the <s> after the last </s>
+TOY_TURNS = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if not loop.first and (message['role'] == 'assistant') != (loop.previtem['role'] == 'assistant') %}"
+    "{{ eos_token }}{{ bos_token }}{% endif %}"
+    "{{ message['content'] }}"
+    "{% endfor %}"
+    "{{ eos_token }}{% if add_generation_prompt %}{{ bos_token }}{% endif %}")
 
-# the models whose tokenizer has no template and that get JOINED_TURNS by default (keyed by --model's name)
-DEFAULT_TEMPLATES = {name: JOINED_TURNS for name in ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small",
+# the models whose tokenizer has no template and that get TOY_TURNS by default (keyed by --model's name)
+DEFAULT_TEMPLATES = {name: TOY_TURNS for name in ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small",
                                                      "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger")}
 
 _JINJA_CHARS = "{}\n"
@@ -94,6 +121,11 @@ def render_chat(tokenizer, template: str | None, messages: list[dict], add_gener
     if not isinstance(text, str):
         raise ParamError("messages", f"the chat template rendered {type(text).__name__}, not text")
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    for i, message in enumerate(messages):
+        forged = [token for token in getattr(tokenizer, "all_special_tokens", ()) if token in message["content"]]
+        if forged:
+            raise ParamError("messages", f"messages[{i}].content holds the special token {forged[0]!r}; only the chat "
+                                         f"template writes special tokens (they mark turns)")
     unk = getattr(tokenizer, "unk_token_id", None)
     if unk is not None and unk in ids and tokenizer.unk_token not in text:
         unknown = sorted({ch for m in messages for ch in m["content"] if tokenizer.convert_tokens_to_ids(ch) == unk})

@@ -3,10 +3,11 @@ response JSON.
 
 Fields follow OpenAI's `/v1/completions` and `/v1/chat/completions`; `top_k`, `min_p`, `repetition_penalty`,
 `stop_token_ids`, `ignore_eos`, `min_tokens`, `bad_words`, `allowed_token_ids`, `include_stop_str_in_output`,
-`prompt_logprobs` (completions) and `structured_outputs` (`{"regex": ...}`, `{"choice": [...]}`, `{"json": schema}` or
+`prompt_logprobs` and `structured_outputs` (`{"regex": ...}`, `{"choice": [...]}`, `{"json": schema}` or
 `{"grammar": lark}`, vLLM's current names) are the extra fields vLLM accepts (the `openai` client sends them with
-`extra_body`). `echo` returns the prompt's text and, with `logprobs`, its token logprobs (null for the first token, as
-OpenAI). A field OpenAI defines that this server cannot honour (`suffix`, `best_of` != n, `echo` with `stream`; on the
+`extra_body`). `echo` on completions returns the prompt's text and, with `logprobs`, its token logprobs (null for the first
+token, as OpenAI); on chat (vLLM's extra) it puts the last message's text before the reply when the two share a role,
+and asks for the prompt's log-probabilities (`prompt_logprobs`, at the response's top level as vLLM returns them). A field OpenAI defines that this server cannot honour (`suffix`, `best_of` != n, `echo` with `stream`; on the
 chat route `tools`, `tool_choice`, `functions`, `audio`, `modalities`, ... in `UNSUPPORTED_CHAT_FIELDS`) is refused
 with a 400 that names it, never ignored; an unknown field is refused too, so a typo (`temprature`) is not silently
 the default. As vLLM, n > 1 with greedy sampling (temperature 0) is refused.
@@ -227,6 +228,8 @@ class ChatCompletionRequest(SamplingFields):
     # vLLM's chat extras
     add_generation_prompt: StrictBool = True
     continue_final_message: StrictBool = False
+    echo: StrictBool = False
+    prompt_logprobs: StrictInt | None = None
 
     def message_dicts(self) -> list[dict]:
         """The messages as the chat template reads them: role and text content (and name when given)."""
@@ -267,7 +270,30 @@ class ChatCompletionRequest(SamplingFields):
             raise ParamError("top_logprobs", f"top_logprobs must be an int in [0, {MAX_LOGPROBS}], got "
                                              f"{self.top_logprobs}")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self._common_params(limit, room, logprobs, grammar, max_tokens_name=name)
+        if self.stream and self.prompt_logprobs is not None and self.prompt_logprobs != 0:
+            raise ParamError("prompt_logprobs", f"prompt_logprobs are not available with stream=true (vLLM's rule), "
+                                                f"got {self.prompt_logprobs}")
+        return self._common_params(limit, room, logprobs, grammar, max_tokens_name=name,
+                                   prompt_logprobs=None if self.stream else self.prompt_logprobs_asked())
+
+    def prompt_logprobs_asked(self) -> int | None:
+        """vLLM's chat rule: `prompt_logprobs`, or with `echo` the `top_logprobs` (0 when not given: the prompt
+        tokens' own log-probabilities)."""
+        if self.prompt_logprobs is None and self.echo:
+            return self.top_logprobs or 0
+        return self.prompt_logprobs
+
+    def echo_role(self) -> str:
+        """The role of the reply (vLLM's `get_chat_request_role`): the assistant's after a generation prompt, else
+        the last message's, which the reply continues."""
+        return "assistant" if self.add_generation_prompt else self.messages[-1].role
+
+    def echoed_text(self, messages: list[dict]) -> str:
+        """What `echo` puts before each reply (vLLM's chat echo): the last message's text (as the template read it,
+        `messages` from `message_dicts`) when its role is the reply's, else nothing."""
+        if not self.echo or messages[-1]["role"] != self.echo_role():
+            return ""
+        return messages[-1]["content"]
 
 
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",
@@ -344,9 +370,12 @@ def chat_logprobs_json(entries: list[TokenLogprob], tokenizer) -> dict:
             "refusal": None}
 
 
-def chat_choice_json(index: int, sample: Completion, tokenizer) -> dict:
+def chat_choice_json(index: int, sample: Completion, tokenizer, echoed: str = "") -> dict:
+    """A chat choice: the reply's text after `echoed` (the echoed last message, vLLM's chat `echo`). The role stays
+    "assistant", the only one OpenAI's response type allows (vLLM writes the last message's role when there is no
+    generation prompt)."""
     logprobs = None if sample.logprobs is None else chat_logprobs_json(list(sample.logprobs), tokenizer)
-    return {"index": index, "message": {"role": "assistant", "content": sample.text, "refusal": None},
+    return {"index": index, "message": {"role": "assistant", "content": echoed + sample.text, "refusal": None},
             "logprobs": logprobs, "finish_reason": sample.finish_reason}
 
 
