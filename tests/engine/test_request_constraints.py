@@ -68,6 +68,63 @@ def test_bad_words_and_allowed_token_ids_against_a_greedy_loop(tiny, engine):
     assert all(set(x.token_ids) <= set(allowed) for x in s.samples)
 
 
+def byte_level_tokenizer():
+    """A GPT-2-style byte-level BPE tokenizer trained here on a few English lines (no download): "hello" and
+    " hello" are two different single tokens (hello, Ġhello), as in the tokenizers vLLM's leading-space rule is for."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(["hello world", "say hello to the world", "hello there", "the world says hello"] * 20,
+                                trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>")
+
+
+def test_bad_words_ban_the_leading_space_spelling_where_the_tokenizer_has_one():
+    """vLLM's rule: a bad word is banned as tokenized and, when one space before it gives another first token and as
+    many tokens, spelled that way too; leading whitespace of the word itself is stripped first."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from decodelab.decoding.request import with_bad_word_ids
+
+    tokenizer = byte_level_tokenizer()
+    ids = lambda text: tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert len(ids("hello")) == len(ids(" hello")) == 1 and ids("hello") != ids(" hello")
+    assert len(ids("world")) == 2 and len(ids(" world")) == 1          # a space that merges: not the same spelling
+    assert len(ids(" hel")) == len(ids("hel")) + 1                     # a space that adds a token: not either
+    params = with_bad_word_ids(SamplingParams(bad_words=("hello", " world", "hel")), tokenizer, "p")
+    assert params.bad_word_ids == (ids("hello"), ids(" hello"), ids("world"), ids("hel"))
+    # end to end: a random model with both spellings of hello pushed to the top by logit_bias; greedy with
+    # bad_words=["hello"] must avoid both, as a greedy loop with both masked by hand does
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=64,
+                                         bos_token_id=0, eos_token_id=1, pad_token_id=1)).eval()
+    bias = {ids("hello")[0]: 30.0, ids(" hello")[0]: 20.0}
+    prompt = list(ids("say hello to the world"))
+    base = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logit_bias=bias)
+    [free] = generate(model, tokenizer, [prompt], base)
+    assert set(free.token_ids) == {ids("hello")[0]}                    # unbanned, the bias wins every step
+    expected, banned = [], {ids("hello")[0], ids(" hello")[0]}
+    with torch.no_grad():
+        for _ in range(6):
+            logits = model(torch.tensor([prompt + expected])).logits[0, -1].float()
+            for token, value in bias.items():
+                logits[token] += value
+            logits[list(banned)] = -float("inf")
+            expected.append(int(logits.argmax()))
+    held = dataclasses.replace(base, bad_words=("hello",))
+    [by_generate] = generate(model, tokenizer, [prompt], held)
+    [by_engine] = Engine(model, tokenizer, max_num_seqs=2).generate([prompt], held)
+    assert by_generate.token_ids == by_engine.token_ids == expected and not banned & set(expected)
+    with pytest.raises(ParamError, match="tokenizes to no token"):
+        with_bad_word_ids(SamplingParams(bad_words=("   ",)), tokenizer, "p")
+
+
 def test_include_stop_str_in_output_and_min_tokens_with_stop_strings(tiny, engine):
     model, tokenizer = tiny
     [plain] = engine.generate(["小明"], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))

@@ -74,21 +74,40 @@ def check_vocabulary_ids(params: SamplingParams, vocab_size: int, name: str) -> 
 
 
 def with_bad_word_ids(params: SamplingParams, tokenizer, name: str) -> SamplingParams:
-    """`params` with its `bad_words` (strings) added to `bad_word_ids` as the token ids `tokenizer` gives them (no
-    special tokens; vLLM also tries a leading space, which these tokenizers do not use). A bad word needs a tokenizer
-    and characters it knows (ParamError naming `bad_words`)."""
+    """`params` with its `bad_words` (strings) added to `bad_word_ids` as token ids, by vLLM's rule
+    (`SamplingParams.update_from_tokenizer`): each word, its leading whitespace stripped, is tokenized as it is (no
+    special tokens) and again after one space, because a tokenizer that folds the space into the word's first token
+    (GPT-2's "Ġhello", SentencePiece's "▁hello") spells the same word two ways, at the start of a text and after a
+    space. The spaced spelling is banned too when it starts with another token and has as many tokens as the plain one
+    (a space that only adds a token of its own is not the word spelled differently). The character tokenizers of the
+    shipped models have no space at all, so for them only the plain spelling counts. A bad word needs a tokenizer and
+    characters it knows (ParamError naming `bad_words`).
+
+    >>> with_bad_word_ids(SamplingParams(bad_words=(" 小明",)), tokenizer, "p").bad_word_ids    # tiny-zh's
+    ((147, 219),)
+    """
     if not params.bad_words:
         return params
     if tokenizer is None:
         raise ParamError("bad_words", f"bad_words for {name} are text: give a tokenizer, or use bad_word_ids")
-    words = []
     unk = getattr(tokenizer, "unk_token_id", None)
+
+    def encode(text: str) -> tuple[int, ...] | None:
+        """The ids of `text`, or None when a character of it is outside the vocabulary."""
+        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return None if unk is not None and unk in ids and tokenizer.unk_token not in text else ids
+
+    words = []
     for word in params.bad_words:
-        ids = tuple(tokenizer(word, add_special_tokens=False)["input_ids"])
-        if not ids or (unk is not None and unk in ids and tokenizer.unk_token not in word):
-            raise ParamError("bad_words", f"bad_words for {name}: {word!r} has characters outside the tokenizer's "
-                                          f"vocabulary (it could never be generated)")
-        words.append(ids)
+        plain = encode(word.lstrip())
+        if not plain:
+            raise ParamError("bad_words", f"bad_words for {name}: {word!r} " + (
+                "tokenizes to no token" if plain == () else
+                "has characters outside the tokenizer's vocabulary (it could never be generated)"))
+        words.append(plain)
+        spaced = encode(" " + word.lstrip())
+        if spaced and spaced[0] != plain[0] and len(spaced) == len(plain):
+            words.append(spaced)
     words = tuple(w for w in dict.fromkeys((*params.bad_word_ids, *words)))
     return dataclasses.replace(params, bad_words=(), bad_word_ids=words)
 
