@@ -47,6 +47,20 @@ class TrainParams:
     layers: int = 4
     corpus: str = "sentences"
     context: int = 256
+    # Scheduled sampling: the probability, at the last step, that an input character is replaced by the model's own
+    # sample (it rises linearly from 0); 0 trains on the data alone (teacher forcing).
+    scheduled_sampling: float = 0.0
+
+    def __post_init__(self) -> None:
+        p = self.scheduled_sampling
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"scheduled_sampling must be a probability in [0, 1], got {p!r}")
+
+    def replace_probability(self, step: int) -> float:
+        """Scheduled sampling's replacement probability at `step` (0-based): scheduled_sampling * step / steps."""
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < self.steps:
+            raise ValueError(f"step must be an int in [0, {self.steps}), got {step!r}")
+        return self.scheduled_sampling * step / self.steps
 
 
 # The shipped models and the runs that made them.
@@ -57,6 +71,14 @@ PRESETS: dict[str, TrainParams] = {
     # (chapters/05-exposure-bias.ipynb); scripts/ch05_train_dagger.py trains its mitigated twin at equal compute.
     "tiny-zh-doc-small": TrainParams(steps=600, batch_size=16, lr=3e-3, hidden=64, layers=2, corpus="documents",
                                      context=512),
+    # The same network on four times the data (tiny-zh-doc's 2,400 steps of 16 documents): coverage alone, without
+    # tiny-zh-doc's 7x parameters (chapters/05-exposure-bias.ipynb, the controlled mitigations).
+    "tiny-zh-doc-small-4xdata": TrainParams(steps=2400, batch_size=16, lr=3e-3, hidden=64, layers=2,
+                                            corpus="documents", context=512),
+    # The same network, data and steps as tiny-zh-doc-small, with scheduled sampling (Bengio et al., 2015): up to a
+    # quarter of the input characters are the model's own samples by the last step (chapters/05-exposure-bias.ipynb).
+    "tiny-zh-doc-small-scheduled": TrainParams(steps=600, batch_size=16, lr=3e-3, hidden=64, layers=2,
+                                               corpus="documents", context=512, scheduled_sampling=0.25),
 }
 
 
@@ -115,6 +137,34 @@ def generate_texts(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, 
     return [prompt + tokenizer.decode(row[enc["input_ids"].shape[1]:], skip_special_tokens=True) for row in out]
 
 
+@torch.no_grad()
+def scheduled_inputs(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor, probability: float,
+                     special_ids: list[int], generator: torch.Generator) -> torch.Tensor:
+    """Scheduled sampling's inputs: each character of `ids` [B, T] after `<s>` replaced, with `probability`, by a
+    character the model samples (temperature 1, special tokens excluded) for that position. The labels stay the data's.
+
+    The form for transformers (Mihaylova & Martins, 2019): one extra forward pass without gradients on the true
+    prefix gives every position's sample at once, so a replaced character is drawn given the true characters before
+    it, not the earlier replaced ones as in Bengio et al. (2015)'s sequential recipe.
+    Taught in: chapters/05-exposure-bias.ipynb
+    """
+    if ids.shape != labels.shape or ids.dim() != 2:
+        raise ValueError(f"ids and labels must be [B, T] of one shape, got {tuple(ids.shape)} and {tuple(labels.shape)}")
+    if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0.0 <= probability <= 1.0:
+        raise ValueError(f"probability must be in [0, 1], got {probability!r}")
+    if probability == 0.0:
+        return ids
+    logits = model(input_ids=ids, attention_mask=(labels != -100).long()).logits.float()[:, :-1]  # [B, T - 1, V]
+    logits[..., special_ids] = float("-inf")
+    probs = torch.softmax(logits, dim=-1)  # [B, T - 1, V]: the prediction for position t + 1
+    drawn = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(probs.shape[:2])
+    character = (labels[:, 1:] != -100) & ~torch.isin(ids[:, 1:], torch.tensor(special_ids))  # [B, T - 1]
+    replace = (torch.rand(drawn.shape, generator=generator) < probability) & character
+    out = ids.clone()
+    out[:, 1:] = torch.where(replace, drawn, ids[:, 1:])
+    return out
+
+
 def evaluate(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, params: TrainParams) -> dict:
     """Held-out cross-entropy vs the truth, and validity rates of greedy and sampled texts."""
     lang = language(params)
@@ -162,7 +212,7 @@ Written by `python -m decodelab.models.train --model {name}`; all numbers below 
   ({params.steps * params.batch_size:,} {unit}), AdamW, peak learning rate {params.lr}, cosine decay.
 - Training time: {seconds / 60:.1f} min on {torch.get_num_threads()} CPU thread(s) of a {os.cpu_count()}-core machine
   shared with other jobs.
-
+{_scheduled_line(params)}
 ## Quality (held-out sample of {m['heldout_texts']} {unit}, seed {HELDOUT_SEED})
 | measure | nats per character |
 |---|---|
@@ -186,6 +236,16 @@ model, tokenizer = load_model("{name}")
 `generation_config.json` sets only the special tokens, so `model.generate(do_sample=True)` applies transformers'
 default `top_k=50`; pass `top_k=0` for pure sampling.
 """
+
+
+def _scheduled_line(params: TrainParams) -> str:
+    """The model card's line on scheduled sampling (empty without it)."""
+    if not params.scheduled_sampling:
+        return ""
+    return (f"- Scheduled sampling (Bengio et al., 2015, in the two-pass form for transformers, `scheduled_inputs`): "
+            f"each input character\n  after `<s>` is the model's own sample (temperature 1) with a probability that "
+            f"rises linearly from 0 to\n  {params.scheduled_sampling} over the steps; the targets stay the documents' "
+            f"characters. One extra forward pass per step.\n")
 
 
 def _shorten(text: str, limit: int = 80) -> str:
@@ -254,10 +314,14 @@ def train(name: str, params: TrainParams, out: Path) -> dict:
     training.model.train()
     bar = tqdm(range(params.steps), desc=f"train {name}", mininterval=5)
     batches: list[list[str]] = []
+    generator = torch.Generator().manual_seed(params.seed * 1_000_000 + 700_000)  # scheduled sampling's draws
     for step in bar:
         if not batches:
             batches = length_buckets(training.lang, params, step)
         ids, labels = encode_batch(training.tokenizer, batches.pop())
+        if params.scheduled_sampling:
+            ids = scheduled_inputs(training.model, ids, labels, params.replace_probability(step),
+                                   training.tokenizer.all_special_ids, generator)
         loss = training.model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
         training.update(loss)
         if step % 50 == 0:
