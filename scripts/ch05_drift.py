@@ -1,6 +1,8 @@
 """Exposure bias on the shipped tiny-zh, measured against the toy language's truth:
 
-1. teacher forcing against free running at several temperatures (per-position error mass and survival);
+1. teacher forcing against free running at several temperatures (per-position error mass and survival), with a
+   95% bootstrap band (over the sampled sentences) for the product of per-step validity and for measured survival
+   minus that product;
 2. a forbidden character forced into true sentences: how often the model's continuation still fits the sentence
    as it was meant (recovered) rather than building on the error (drifted), against the same judgement after a
    different *valid* character (the baseline: how often a continuation fits the meant sentence after any change);
@@ -17,9 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from decodelab.decoding import generate
@@ -53,6 +57,35 @@ def finite(value):
     return value
 
 
+def product_band(model, tokenizer, lang: ToyLanguage, texts: list[str], max_position: int, temperature: float,
+                 draws: int = 1000, seed: int = 0) -> dict:
+    """The product of per-step validity, prod_{s<t} (1 - mean invalid mass at s), and measured survival minus it,
+    per position t, each with a 95% bootstrap band: the sentences are resampled, both curves recomputed from the same
+    resample (paired)."""
+    per_text = [position_errors(model, tokenizer, lang, [text], max_position, temperature) for text in texts]
+    mass = np.array([p.invalid_mass for p in per_text])  # [texts, positions], NaN where not viable or not reached
+    viable = np.array([p.viable for p in per_text])      # [texts, positions], NaN where not reached
+
+    def curves(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(product, survival) over the sentences `rows` [..., n]: [..., positions] each."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_mass = np.nansum(mass[rows], -2) / np.isfinite(mass[rows]).sum(-2)
+            survival = np.nansum(viable[rows], -2) / np.isfinite(viable[rows]).sum(-2)
+        step = np.nan_to_num(1.0 - mean_mass, nan=1.0)  # no sentence scored at t: nothing multiplied in
+        product = np.concatenate([np.ones(step.shape[:-1] + (1,)), np.cumprod(step, -1)[..., :-1]], -1)
+        return product, survival
+
+    product, survival = curves(np.arange(len(texts)))
+    picks = np.random.default_rng(seed).integers(0, len(texts), size=(draws, len(texts)))  # [draws, texts]
+    boot_product, boot_survival = curves(picks)
+    with warnings.catch_warnings():  # positions no resampled sentence reaches have no band (NaN, then null)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        band = lambda values, boot: {"value": values.tolist(), "low": np.nanpercentile(boot, 2.5, 0).tolist(),
+                                     "high": np.nanpercentile(boot, 97.5, 0).tolist()}
+        return {"product": band(product, boot_product),
+                "survival_minus_product": band(survival - product, boot_survival - boot_product)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
@@ -69,10 +102,11 @@ def main() -> None:
         params = [SamplingParams(temperature=temperature, seed=1000 + i, max_tokens=60) for i in range(args.samples)]
         own = [c.text for c in generate(model, tokenizer, [""] * args.samples, params)]
         own = [t if all(ch in lang._alphabet_set for ch in t) else "" for t in own]
+        scored = [t for t in own if t] or ["小"]
         runs.append({"temperature": temperature,
                      "teacher_forcing": asdict(position_errors(model, tokenizer, lang, true_texts, 30, temperature)),
-                     "free_running": asdict(position_errors(model, tokenizer, lang, [t for t in own if t] or ["小"], 30,
-                                                            temperature)),
+                     "free_running": asdict(position_errors(model, tokenizer, lang, scored, 30, temperature)),
+                     **product_band(model, tokenizer, lang, scored, 30, temperature),
                      "valid": sum(lang.is_valid(t) for t in own) / len(own), "nll": nll_per_char(lang, own),
                      "examples": own[:5]})
         print(f"T={temperature}: {runs[-1]['valid']:.1%} valid, nll {runs[-1]['nll']:.3f}")
