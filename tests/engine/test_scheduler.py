@@ -1,6 +1,8 @@
 """The scheduler on its own, with no model: plans, preemption, prefix caching, forks for n > 1, the admission that
 touches nothing when it fails, and `update_from_output` as the one writer of request state. Tokens are drawn by
 hand (`drawn`), as a sampler would."""
+import random
+
 import pytest
 
 from decodelab.engine.scheduler import Drawn, Scheduler, StepKind
@@ -181,3 +183,53 @@ def test_slab_admission_waits_for_a_free_extent():
     scheduler.update_from_output(plan, drawn(plan, EOS))
     assert scheduler.pool.filled_slots() == 0 and scheduler.pool.free_extents == [(0, 20)]
     assert scheduler.schedule().seqs == [second]
+
+
+class Vouching(PagedLayout):
+    """A paged layout that records its answers to `decode_step_fits`, or with `never`, never vouches for a decode
+    step, so the scheduler asks each table in turn."""
+
+    def __init__(self, *args, never=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.never, self.answers = never, []
+
+    def decode_step_fits(self, num_seqs):
+        self.answers.append(not self.never and super().decode_step_fits(num_seqs))
+        return self.answers[-1]
+
+
+def plan_state(plan, pool):
+    return (plan.kind, [(s.seq.seq_id, s.token_ids, s.start, s.slots, s.num_cached) for s in plan.scheduled],
+            plan.copies, [s.seq_id for s in plan.preempted], [(row, s.seq_id) for row, s in plan.samples],
+            pool.free_block_ids, pool.ref_counts, pool.cached_block_ids, pool.filled_slots())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_one_pass_decode_step_plans_what_asking_each_table_plans(seed):
+    """The same random run (arrivals, n > 1 forks writing into shared blocks, EOS, a pool tight enough to preempt)
+    through the scheduler as it is and through one whose layout never vouches for a decode step: the same plans,
+    updates and pool at every step."""
+    rng = random.Random(seed)
+    script = [(rng.randrange(4), [rng.randrange(1, 9) for _ in range(rng.randrange(1, 7))], rng.randrange(1, 9),
+               rng.choice([1, 1, 2, 3])) for _ in range(12)]
+    draws = [rng.choice([EOS] + list(range(1, 9)) * 6) for _ in range(2000)]
+    layouts = [Vouching(14, 2, max_model_len=64), Vouching(14, 2, max_model_len=64, never=True)]
+    runs, kinds = [[], []], set()
+    for layout, states in zip(layouts, runs):
+        scheduler, arrivals, tokens = make(layout=layout), list(script), iter(draws)
+        for step in range(200):
+            while arrivals and arrivals[0][0] <= step % 4:
+                _, prompt, max_tokens, n = arrivals.pop(0)
+                add(scheduler, len(script) - len(arrivals), prompt, max_tokens, n)
+            if not scheduler.has_unfinished() and not arrivals:
+                break
+            plan = scheduler.schedule()
+            kinds.add((plan.kind, bool(plan.preempted), bool(plan.copies)))
+            update = scheduler.update_from_output(plan, drawn(plan, *[next(tokens) for _ in plan.samples]))
+            states.append((plan_state(plan, scheduler.pool), update.tokens, update.reasons,
+                           [[s.seq_id for s in done] for done in update.finished]))
+        assert not scheduler.has_unfinished() and scheduler.pool.num_used_blocks == 0
+    assert runs[0] == runs[1]
+    assert True in layouts[0].answers and False in layouts[0].answers, "one of the two decode paths was not taken"
+    assert any(kind == "decode" and preempted for kind, preempted, _ in kinds), "no preemption was reached"
+    assert any(kind == "decode" and copies for kind, _, copies in kinds), "no copy-on-write was reached"

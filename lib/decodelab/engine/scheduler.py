@@ -10,7 +10,9 @@ empty slots past each sequence's token for the draft's proposals; `update_from_o
 per sequence, up to the first that finishes it, and gives back the blocks only rejected drafts reached.
 
 The scheduler reads K/V through `decodelab.kv.protocols`: the layout's `admit` says whether a waiting sequence fits
-(touching nothing when it does not), each table's `can_append` whether a decode token does. So the same policy runs
+(touching nothing when it does not), its `decode_step_fits` whether the free blocks surely hold a decode token for
+every running sequence (then the step is one pass, nobody asked), and otherwise each table's `can_append` whether
+its token does. So the same policy runs
 over a paged `BlockPool` + `BlockTable` and over the slab baseline, `FirstFitSlab` + `Reservation`
 (`decodelab.kv.layout`), where admission means finding one free extent for the whole reservation.
 
@@ -53,9 +55,11 @@ class ScheduledSeq:
     num_lookahead: int = 0                    # empty slots held after them for a speculative step's drafts
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Schedule:
-    """The plan of one step, decided before the model runs and read by everything after it.
+    """The plan of one step, decided before the model runs and read by everything after it (only read: like
+    `ScheduledSeq`, `Schedule`, `Drawn` and `StepUpdate` are not frozen, since one of each is built every step and a
+    frozen dataclass costs four times as much to build).
 
     `scheduled` has one entry per model row; `samples` one (row, sequence) per token to draw: each scheduled
     sequence, and after a
@@ -73,7 +77,7 @@ class Schedule:
         return [sched.seq for sched in self.scheduled]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Drawn:
     """What the sampler (or a speculative round's verify) drew for a plan, one list per `plan.samples` entry: the
     tokens in order (one, or a round's kept drafts and the target's token) and each one's logprob (None when the
@@ -84,7 +88,7 @@ class Drawn:
                                                                                           # token, from this prefill
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepUpdate:
     """What `update_from_output` wrote, per `plan.samples` entry: the tokens appended (a finish drops the rest),
     their logprobs, the finish reason (or None); and the requests whose every sample has now finished, each as its
@@ -155,7 +159,7 @@ class Scheduler:
 
     # -- before the model runs -----------------------------------------------------------------------------
     def schedule(self) -> Schedule:
-        prefill = self._schedule_prefill()
+        prefill = self._schedule_prefill() if self.waiting else None
         if prefill:
             forks, samples = [], []
             for row, sched in enumerate(prefill):              # each prompt's samples draw from its row
@@ -202,7 +206,20 @@ class Scheduler:
         return children
 
     def _schedule_decode(self) -> Schedule:
-        queue = deque(self.running)
+        """Every running sequence feeds its last token, oldest first. When the layout says the free blocks cover
+        them all (and no drafts need slots), nobody is preempted and no table need be asked: one pass, the running
+        list unchanged. Otherwise each is asked in turn, and one that does not fit preempts the newest."""
+        running = self.running
+        if self.lookahead is no_lookahead and self.layout.decode_step_fits(len(running)):
+            pool, copies = self.pool, []
+            scheduled = []
+            for seq in running:
+                token_ids = seq.token_ids
+                last = token_ids[-1]
+                scheduled.append(ScheduledSeq(seq, [last], len(token_ids) - 1,
+                                              [seq.table.append_token(pool, last, copies)]))
+            return Schedule(StepKind.DECODE, scheduled, copies, [], [], list(enumerate(running)))
+        queue = deque(running)
         scheduled: list[ScheduledSeq] = []
         preempted: list[SequenceState] = []
         copies: list[tuple[int, int]] = []
@@ -218,13 +235,11 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                last = seq.token_ids[-1:]
-                slots, seq_copies = table.append(pool, last)
+                last = seq.token_ids[-1]
+                slot = table.append_token(pool, last, copies)
                 if extra:
                     table.reserve(pool, extra)
-                if seq_copies:
-                    copies += seq_copies
-                scheduled.append(ScheduledSeq(seq, last, len(seq.token_ids) - 1, slots, 0, extra))
+                scheduled.append(ScheduledSeq(seq, [last], len(seq.token_ids) - 1, [slot], 0, extra))
         self.running = [sched.seq for sched in scheduled]
         samples = [(row, sched.seq) for row, sched in enumerate(scheduled)]
         return Schedule(StepKind.DECODE, scheduled, copies, preempted, [], samples)
@@ -246,59 +261,68 @@ class Scheduler:
         if len(drawn.tokens) != len(plan.samples) or len(drawn.logprobs) != len(plan.samples):
             raise ValueError(f"update_from_output needs one token list and one logprob list per sample of the plan "
                              f"({len(plan.samples)}), got {len(drawn.tokens)} and {len(drawn.logprobs)}")
-        appended, logprobs, reasons = [], [], []
         if drawn.prompt_logprobs:
             for seq in plan.seqs:
                 if seq.seq_id in drawn.prompt_logprobs:
                     seq.prompt_logprobs = list(drawn.prompt_logprobs[seq.seq_id])
         finish_rule, scheduled = self.finish_rule, plan.scheduled
+        drafts_held = self.lookahead is not no_lookahead    # only then may a row hold draft slots
+        appended, logprobs = drawn.tokens, drawn.logprobs   # what was drawn, copied only if a finish cuts a round
+        reasons: list[str | None] = [None] * len(plan.samples)
         ended: dict[int, None] = {}                         # request ids with a sample that ended, in order
-        for (row, seq), tokens, token_logprobs in zip(plan.samples, drawn.tokens, drawn.logprobs):
-            if len(tokens) == 1 and not scheduled[row].num_lookahead:     # one token, no drafts: the common step
+        for i, ((row, seq), tokens) in enumerate(zip(plan.samples, drawn.tokens)):
+            if len(tokens) == 1 and not (drafts_held and scheduled[row].num_lookahead):   # the common step
                 token = tokens[0]
                 seq.token_ids.append(token)
                 if seq.detokenizer is not None:
                     seq.detokenizer.push(token)
                 reason = finish_rule(seq, token)
-                if token_logprobs[0] is not None:
-                    seq.logprobs.append(token_logprobs[0])
-                if reason is not None:
-                    self._finish(seq, reason)
-                    ended[seq.request_id] = None
-                elif seq.grammar_state is not None:
-                    seq.grammar_state.advance(token)
-                appended.append(tokens)
-                logprobs.append(token_logprobs)
-                reasons.append(reason)
-                continue
-            reason, kept = None, 0
-            detokenizer = seq.detokenizer
-            for token in tokens:
-                seq.token_ids.append(token)
-                kept += 1
-                if detokenizer is not None:
-                    detokenizer.push(token)
-                reason = finish_rule(seq, token)
-                if reason is not None:
-                    break
-            if kept < len(tokens):                          # a finish drops the drafts after it
-                tokens, token_logprobs = tokens[:kept], token_logprobs[:kept]
-            if token_logprobs.count(None) != len(token_logprobs):
-                seq.logprobs += [lp for lp in token_logprobs if lp is not None]
-            if seq.grammar_state is not None:
-                for token in tokens[:-1] if reason is not None else tokens:
-                    seq.grammar_state.advance(token)
-            if reason is not None:
-                self._finish(seq, reason)
-                ended[seq.request_id] = None
-            elif scheduled[row].num_lookahead:
-                seq.table.append(self.pool, seq.token_ids[seq.table.num_tokens:-1])
-                seq.table.trim(self.pool)
-            appended.append(tokens)
-            logprobs.append(token_logprobs)
-            reasons.append(reason)
+                logprob = logprobs[i][0]
+                if logprob is not None:
+                    seq.logprobs.append(logprob)
+                if reason is None:
+                    if seq.grammar_state is not None:
+                        seq.grammar_state.advance(token)
+                    continue
+            else:
+                reason, kept = self._append_round(seq, tokens, logprobs[i], scheduled[row].num_lookahead)
+                if kept < len(tokens):                      # a finish drops the drafts after it
+                    if appended is drawn.tokens:
+                        appended, logprobs = list(appended), list(logprobs)
+                    appended[i], logprobs[i] = tokens[:kept], logprobs[i][:kept]
+                if reason is None:
+                    continue
+            reasons[i] = reason
+            self._finish(seq, reason)
+            ended[seq.request_id] = None
         finished = [done for done in map(self._complete, ended) if done is not None] if ended else []
         return StepUpdate(appended, logprobs, reasons, finished)
+
+    def _append_round(self, seq: SequenceState, tokens: list[int], token_logprobs: list[TokenLogprob | None],
+                      num_lookahead: int) -> tuple[str | None, int]:
+        """Append several tokens (a speculative round's kept drafts and the target's token) up to the first that
+        finishes `seq`, with their logprobs and grammar steps; if it goes on, record them in its table and give back
+        the draft slots past them. Returns the finish reason (or None) and how many tokens were kept."""
+        reason, kept = None, 0
+        detokenizer = seq.detokenizer
+        for token in tokens:
+            seq.token_ids.append(token)
+            kept += 1
+            if detokenizer is not None:
+                detokenizer.push(token)
+            reason = self.finish_rule(seq, token)
+            if reason is not None:
+                break
+        token_logprobs = token_logprobs[:kept]
+        if token_logprobs.count(None) != len(token_logprobs):
+            seq.logprobs += [lp for lp in token_logprobs if lp is not None]
+        if seq.grammar_state is not None:
+            for token in tokens[:kept - 1] if reason is not None else tokens:
+                seq.grammar_state.advance(token)
+        if reason is None and num_lookahead:
+            seq.table.append(self.pool, seq.token_ids[seq.table.num_tokens:-1])
+            seq.table.trim(self.pool)
+        return reason, kept
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
         seq.status = Status.FINISHED

@@ -31,9 +31,10 @@ class Status(Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class SequenceState:
-    """One stream of tokens: a request's prompt plus one sample's output."""
+    """One stream of tokens: a request's prompt plus one sample's output. Slotted, since the scheduler reads every
+    running one on every step (the weak-reference slot serves the speculator's per-sequence draft lengths)."""
     seq_id: int
     request_id: int
     sample_index: int                         # i of n; a seeded request's sample i uses sample_seed(seed, i)

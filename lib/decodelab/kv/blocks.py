@@ -32,7 +32,7 @@ def _token_ids(token_ids) -> list[int]:
     ids = as_int_list(token_ids)
     if ids is None or any(t < 0 for t in ids):
         raise ValueError(f"token_ids must be a list of token ids (ints >= 0), got {token_ids!r:.100}")
-    return ids
+    return [int(t) for t in ids]               # plain ints, as `BlockTable.append_token` takes them
 
 
 def block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
@@ -148,12 +148,6 @@ class BlockPool:
         tokens.append(int(token_id))
         self._filled += 1
 
-    def _write_checked_by_table(self, block_id: int, token_id: int) -> None:
-        """`write` for `BlockTable.append` in this module, which has already made sure the block is held by it
-        alone, not full, and the id an int: the per-token fast path of every decode step."""
-        self.block_tokens[block_id].append(token_id)
-        self._filled += 1
-
     def copy_on_write(self, block_id: int) -> int:
         """A fresh block with `block_id`'s tokens for one of its holders, who lets go of the shared one."""
         block_id = self._check_id(block_id)
@@ -181,6 +175,10 @@ class BlockPool:
         if len(self.block_tokens[block_id]) != self.block_size:
             raise ValueError(f"only full blocks are cached; block {block_id} holds "
                              f"{len(self.block_tokens[block_id])} of {self.block_size} tokens")
+        self._cache(block_id, hash_value)
+
+    def _cache(self, block_id: int, hash_value: int) -> None:
+        """`register` of a block id `BlockTable` knows to be valid and full (it just wrote the block's last slot)."""
         if self.enable_prefix_caching and hash_value not in self._cached and self._block_hashes[block_id] is None:
             self._cached[hash_value] = block_id
             self._block_hashes[block_id] = hash_value
@@ -195,6 +193,7 @@ class BlockTable:
         slots, copies = table.append(pool, [5, 6, 7, 8, 9])   # 2 blocks; slots of the 5 tokens
     Taught in: chapters/07-paged-attention.ipynb
     """
+    __slots__ = ("block_size", "block_ids", "num_tokens", "_hashes", "_checked_pool")   # read on every decode step
 
     def __init__(self, block_size: int) -> None:
         self.block_size = check_int(block_size, "block_size")
@@ -280,56 +279,50 @@ class BlockTable:
         shared with a forked sibling, so this sequence writes into its own copy (copy-on-write).
         """
         self._check_pool(pool)
-        if type(token_ids) is list and len(token_ids) == 1 and type(token_ids[0]) is int and token_ids[0] >= 0:
-            return self._append_one(pool, token_ids[0])    # a decode step's token: the per-step fast path
         token_ids = _token_ids(token_ids)  # every id checked before a block is taken
         needed = self._blocks_needed(pool, len(token_ids))
         if needed > len(pool._free):
             raise RuntimeError(f"need {needed} blocks, {pool.num_free_blocks} free")
-        slots: list[int] = []
         copies: list[tuple[int, int]] = []
-        size, block_ids, ref_counts = self.block_size, self.block_ids, pool._ref_counts
-        for token in token_ids:
-            index, offset = divmod(self.num_tokens, size)
-            if index == len(block_ids):
-                block_ids.append(pool.allocate())
-            elif ref_counts[block_ids[index]] > 1:
-                shared = block_ids[index]
-                block_ids[index] = pool.copy_on_write(shared)
-                copies.append((shared, block_ids[index]))
-            block_id = block_ids[index]
-            pool._write_checked_by_table(block_id, token)   # held by this table alone, with a free slot
-            slots.append(block_id * size + offset)
-            self.num_tokens += 1
-            if offset == size - 1:                           # the block just filled: hash it once, now
-                hash_value = block_hash(self._hashes[-1] if self._hashes else None, pool.block_tokens[block_id])
-                self._hashes.append(hash_value)
-                pool.register(block_id, hash_value)
-        return slots, copies
+        return [self.append_token(pool, token, copies) for token in token_ids], copies
 
-    def _append_one(self, pool: BlockPool, token: int) -> tuple[list[int], list[tuple[int, int]]]:
-        """`append` of one checked token id, as a decode step does: the same steps without the loop, each taking a
-        block only once it knows one is free, so a failure leaves the table as it was."""
-        size, block_ids = self.block_size, self.block_ids
-        index, offset = divmod(self.num_tokens, size)
-        copies: list[tuple[int, int]] = []
-        if index == len(block_ids) or pool._ref_counts[block_ids[index]] > 1:
+    def append_token(self, pool: BlockPool, token_id: int, copies: list[tuple[int, int]]) -> int:
+        """Give one token id the next slot and return it: `append(pool, [token_id])` for a decode step, which makes
+        no list. A copy-on-write of the last block is added to `copies` as (src, dst). It takes a block only once it
+        knows one is free, so a failure leaves the table and the pool as they were.
+
+            copies = []
+            slot = table.append_token(pool, 42, copies)   # == table.append(pool, [42]) = ([slot], copies)
+        """
+        if pool is not self._checked_pool:
+            self._check_pool(pool)
+        if type(token_id) is not int or token_id < 0:
+            raise ValueError(f"token_id must be a token id (an int >= 0), got {token_id!r:.100}")
+        size, block_ids, num_tokens = self.block_size, self.block_ids, self.num_tokens
+        index = num_tokens // size
+        offset = num_tokens - index * size
+        if index == len(block_ids):
             if not pool._free:
-                raise RuntimeError(f"need 1 blocks, {pool.num_free_blocks} free")
-            if index == len(block_ids):
-                block_ids.append(pool.allocate())
-            else:                                            # shared with a forked sibling: copy on write
-                shared = block_ids[index]
-                block_ids[index] = pool.copy_on_write(shared)
-                copies.append((shared, block_ids[index]))
-        block_id = block_ids[index]
-        pool._write_checked_by_table(block_id, token)
-        self.num_tokens += 1
-        if offset == size - 1:                               # the block just filled: hash it once, now
-            hash_value = block_hash(self._hashes[-1] if self._hashes else None, pool.block_tokens[block_id])
+                raise RuntimeError("need 1 blocks, 0 free")
+            block_id = pool.allocate()
+            block_ids.append(block_id)
+        else:
+            block_id = block_ids[index]
+            if pool._ref_counts[block_id] > 1:                   # shared with a forked sibling: copy on write
+                if not pool._free:
+                    raise RuntimeError("need 1 blocks, 0 free")
+                shared, block_id = block_id, pool.copy_on_write(block_id)
+                block_ids[index] = block_id
+                copies.append((shared, block_id))
+        tokens = pool.block_tokens[block_id]       # held by this table alone, with a free slot
+        tokens.append(token_id)
+        pool._filled += 1
+        self.num_tokens = num_tokens + 1
+        if offset == size - 1:                     # the block just filled: hash it once, now
+            hash_value = block_hash(self._hashes[-1] if self._hashes else None, tokens)
             self._hashes.append(hash_value)
-            pool.register(block_id, hash_value)
-        return [block_id * size + offset], copies
+            pool._cache(block_id, hash_value)
+        return block_id * size + offset
 
     def reserve(self, pool: BlockPool, num_slots: int) -> None:
         """Hold blocks for `num_slots` more slots past the written tokens, without writing any: a speculative step's

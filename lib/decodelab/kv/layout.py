@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from decodelab.kv.blocks import BlockPool, BlockTable, block_hash
 from decodelab.kv.slab import FirstFitSlab, Reservation
-from decodelab.validation import ParamError
+from decodelab.validation import ParamError, check_int
 
 KV_LAYOUTS = ("paged", "slab")
 RESERVATIONS = ("max_tokens", "max_model_len")
@@ -50,6 +50,13 @@ class PagedLayout:
             raise ParamError("max_tokens", f"{name} needs up to {blocks} blocks ({slots} tokens), more than the whole "
                                            f"pool of {self.pool.num_blocks}; lower max_tokens or give the engine "
                                            f"more blocks")
+
+    def decode_step_fits(self, num_seqs: int) -> bool:
+        """Whether the free blocks cover one more token for each of `num_seqs` sequences: a token needs at most one
+        fresh block (a new block, or a copy of a shared one), so then no sequence need be asked or preempted."""
+        if type(num_seqs) is not int or num_seqs < 0:
+            num_seqs = check_int(num_seqs, "num_seqs", low=0)
+        return num_seqs <= self.pool.num_free_blocks
 
     def admit(self, table: BlockTable, token_ids: Sequence[int], use_prefix_cache: bool = True) -> int | None:
         """The prefix `table.match_prefix` would share, found by the same hash walk but read only: the cached tokens
@@ -98,6 +105,11 @@ class SlabLayout:
         if size > self.pool.num_slots:
             raise ParamError("max_tokens", f"{name} reserves {size} slots, more than the whole slab of "
                                            f"{self.pool.num_slots}; lower max_tokens or give the engine more memory")
+
+    def decode_step_fits(self, num_seqs: int) -> bool:
+        """Always False: whether an extent has room is its own, so each table is asked."""
+        check_int(num_seqs, "num_seqs", low=0)
+        return False
 
     def admit(self, table: Reservation, token_ids: Sequence[int], use_prefix_cache: bool = True) -> int | None:
         """0 (an extent shares nothing, so `use_prefix_cache` changes nothing) if a free extent holds the whole

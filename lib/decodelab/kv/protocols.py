@@ -7,6 +7,8 @@ as blocks of one slot). The scheduler and the model's forward read only what is 
     table.match_prefix(pool, token_ids)     # share cached blocks (paged) or nothing (slab): tokens covered
     table.can_append(pool, 1)               # would one more token find a slot? (the decode step's test)
     slots, copies = table.append(pool, ids) # the new tokens' slots, and (src, dst) blocks to copy before writing
+    slot = table.append_token(pool, id, copies)   # one token, a decode step's: its slot
+    layout.decode_step_fits(num_seqs)       # sure that num_seqs tables can each take a token? (else ask each)
 
 Used by: decodelab.engine.scheduler and decodelab.kv.layout (chapter 07 teaches the two layouts, not these types).
 """
@@ -53,6 +55,10 @@ class KVTable(Protocol):
         """Slots for `token_ids` (written from now on), and the (src, dst) block copies to make before the forward."""
         ...
 
+    def append_token(self, pool: KVAllocator, token_id: int, copies: list[tuple[int, int]]) -> int:
+        """`append(pool, [token_id])` for a decode step: the token's slot, with a block copy added to `copies`."""
+        ...
+
     def fork(self, pool: KVAllocator) -> KVTable:
         """A sibling's table sharing every block (n > 1 samples of one prompt)."""
         ...
@@ -85,6 +91,11 @@ class KVLayout(Protocol):
     def check_fits(self, num_prompt_tokens: int, max_tokens: int, n: int, name: str) -> None:
         """ParamError (naming `n` or `max_tokens`) for a request this layout could never hold, even with the pool
         empty."""
+        ...
+
+    def decode_step_fits(self, num_seqs: int) -> bool:
+        """True when `num_seqs` tables can surely each take one more token now (a decode step with no preemption, and
+        no table to ask); False when each must be asked (`KVTable.can_append`)."""
         ...
 
     def admit(self, table: KVTable, token_ids: Sequence[int], use_prefix_cache: bool = True) -> int | None:

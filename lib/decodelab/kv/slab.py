@@ -183,6 +183,12 @@ class Reservation:
         pool.write(self.start, len(token_ids))
         return slots, []
 
+    def append_token(self, pool: FirstFitSlab, token_id: int, copies: list[tuple[int, int]]) -> int:
+        """`append(pool, [token_id])`'s one slot, for a decode step (an extent copies nothing: `copies` stays)."""
+        if type(token_id) is not int or token_id < 0:
+            raise ValueError(f"token_id must be a token id (an int >= 0), got {token_id!r:.100}")
+        return self.append(pool, [token_id])[0][0]
+
     def fork(self, pool: FirstFitSlab) -> Reservation:
         raise ValueError("a slab reservation cannot share its prompt with a sibling; use the paged layout for n > 1")
 
