@@ -15,6 +15,7 @@ from decodelab.kv.blocks import BlockPool, BlockTable
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.engine.speculation import SpeculativeConfig
 from decodelab.toy.documents import DocumentLanguage
+from decodelab.decoding.speculative import distributions
 from speculative_checks import NAMED, chi_square_p_value, target_sequence_probs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -181,6 +182,71 @@ def test_logprobs_and_events_match_the_engine_without_speculation(models):
         for mine, theirs in zip(out.logprobs, base.logprobs):
             assert mine.token_id == theirs.token_id and mine.logprob == pytest.approx(theirs.logprob, abs=1e-4)
             assert [t for t, _ in mine.top] == [t for t, _ in theirs.top]
+
+
+@pytest.mark.parametrize("draft_name", ["small", "ngram"])
+def test_min_tokens_greedy_equals_the_engine_without_speculation(models, draft_name):
+    """Whole documents, after which EOS is the target's argmax (p ~ 0.5): min_tokens holds it back across several
+    rounds of gamma = 4, and every token equals the engine's without speculation and generate's. A document short of
+    its last two characters ends with EOS as its third token, the first that min_tokens = 2 allows: inside a round,
+    the rows after the first count the drafts before them as output."""
+    docs = DocumentLanguage().sample(3, seed=5)
+    eos = models["tokenizer"].eos_token_id
+    [ended] = Engine(models["target"], models["tokenizer"]).generate([docs[0]], SamplingParams(temperature=0))
+    assert ended.token_ids == [eos]                                       # unconstrained, EOS comes first
+    docs.append(docs[0][:-2])
+    params = [SamplingParams(temperature=0, max_tokens=40, min_tokens=k) for k in (1, 9, 23, 2)]
+    plain = Engine(models["target"], models["tokenizer"]).generate(docs, params)
+    engine = Engine(models["target"], models["tokenizer"], block_size=4,
+                    speculative=SpeculativeConfig(draft_of(models, draft_name), 4))
+    outputs = run_checked(engine, docs, params)
+    assert [o.token_ids for o in outputs] == [o.token_ids for o in plain]
+    assert [o.token_ids for o in outputs] == [generate(models["target"], models["tokenizer"], d, q)[0].token_ids
+                                              for d, q in zip(docs, params)]
+    for output, param in zip(outputs, params):
+        assert eos not in output.token_ids[:param.min_tokens] and len(output.token_ids) >= param.min_tokens
+    assert outputs[3].token_ids[2] == eos and outputs[3].finish_reason == "stop"
+    assert engine.stats.speculative.judged > 0
+
+
+@torch.no_grad()
+def masked_sequence_probs(models, ids: list[int], params: SamplingParams, length: int) -> dict:
+    """Exact probabilities of every continuation of up to `length` tokens under the target with min_tokens' mask
+    (EOS masked while the output is shorter than min_tokens), computed by a full forward per prefix; a branch ends at
+    EOS. Branches below 1e-4 are left to the pooled cell."""
+    eos = models["tokenizer"].eos_token_id
+    out, done = {(): 1.0}, {}
+    for _ in range(length):
+        grown = {}
+        for prefix, prob in out.items():
+            logits = models["target"](torch.tensor([ids + list(prefix)])).logits[0, -1:]
+            p = distributions(logits, params, [list(prefix)], {eos})[0]
+            for token in (p * prob > 1e-4).nonzero().flatten().tolist():
+                (done if token == eos else grown)[prefix + (token,)] = prob * float(p[token])
+        out = grown
+    return out | done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft_name", ["small", "ngram"])
+def test_min_tokens_sampled_follows_the_masked_target(models, draft_name):
+    """A document without its last two characters: the target finishes the sentence, and its third token is EOS with
+    p ~ 0.5. With min_tokens = 3 that EOS is masked at the third row of a gamma = 3 round: 800 seeded samples of the
+    first three tokens against the exact masked distribution (chi-square), and never an EOS among them."""
+    doc = DocumentLanguage().sample(1, seed=5)[0]
+    ids = models["tokenizer"](doc[:-2])["input_ids"]
+    eos = models["tokenizer"].eos_token_id
+    free = masked_sequence_probs(models, ids, SamplingParams(), 3)
+    assert sum(p for seq, p in free.items() if eos in seq) > 0.2           # without the mask EOS is a real outcome
+    expected = masked_sequence_probs(models, ids, SamplingParams(min_tokens=3), 3)
+    assert not any(eos in seq for seq in expected)
+    engine = Engine(models["target"], models["tokenizer"], max_num_seqs=64,
+                    speculative=SpeculativeConfig(draft_of(models, draft_name), 3))
+    outputs = engine.generate([ids] * 800, [SamplingParams(seed=seed, max_tokens=6, min_tokens=3)
+                                            for seed in range(800)])
+    assert all(eos not in o.token_ids[:3] for o in outputs) and engine.stats.speculative.judged > 400
+    counts = Counter(tuple(o.token_ids[:3]) for o in outputs)
+    assert chi_square_p_value(counts, expected, 800) > 1e-3, counts.most_common(5)
 
 
 def random_draft(vocab_size, context):

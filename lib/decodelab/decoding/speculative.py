@@ -31,7 +31,7 @@ Taught in: chapters/07b-speculative-decoding.ipynb
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,10 +42,13 @@ from decodelab.sampling.sampler import SamplingParams, make_generator, process_l
 from decodelab.validation import check_int, check_model
 
 
-def distributions(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams]) -> torch.Tensor:
+def distributions(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
+                  output_tokens: Sequence[Sequence[int]] | None = None,
+                  eos_token_ids: Collection[int] | None = None) -> torch.Tensor:
     """Rows of logits `[k, V]` -> the probabilities `[k, V]` (float64) that `params` (one for every row, or one per
-    row) samples from."""
-    return torch.softmax(process_logits(logits.double(), params), dim=-1)
+    row) samples from. `output_tokens` (the output before each row) and `eos_token_ids` are what `min_tokens` reads,
+    as in `process_logits`."""
+    return torch.softmax(process_logits(logits.double(), params, output_tokens, eos_token_ids=eos_token_ids), dim=-1)
 
 
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:

@@ -221,7 +221,7 @@ class Engine:
         plan = self.scheduler.schedule()              # who runs, their slots, block copies, preemptions, forks
         if plan.kind is StepKind.IDLE:
             return StepOutput.idle(self.num_waiting, plan)
-        drafts = self.speculator.propose(plan)        # per scheduled sequence: drafts into the slots the plan holds
+        drafts = self.speculator.propose(plan, self.drawer)   # per scheduled sequence: drafts into the held slots
         wanted = ([i for i, sched in enumerate(plan.scheduled) if sched.seq.wants_prompt_logprobs]
                   if plan.kind is StepKind.PREFILL else [])
         if wanted:   # the same one forward also gives the prompts' logits (prompt_logprobs, echo)

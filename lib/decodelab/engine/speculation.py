@@ -20,10 +20,13 @@ and "sample", so an engine without speculation runs the same step with no branch
    in its block table (only kept tokens are ever hashed into the prefix cache) and gives back the blocks that only
    rejected drafts reached.
 
-Prefill steps draw as without speculation; `propose` writes the draft model's K/V of the prompt. Requests with penalties,
-the n-gram ban or a grammar are refused at `add_request` (their logits depend on the tokens before each position,
-which this module does not thread through the drafts); everything else (temperature, top-k/p, min-p, typical-p,
-seeds, n > 1, stop tokens and strings, logprobs) is served. The Triton decode kernel reads one query per sequence, so
+Prefill steps draw as without speculation; `propose` writes the draft model's K/V of the prompt. `min_tokens` is
+served: the EOS and stop tokens are masked in the draft's distribution at every draft position and in the target's at
+every judged position whose output (the sequence's, then the drafts before it) is still short, so verify keeps the
+output distribution the target's with the mask, exactly as an engine without speculation samples it. Requests with
+penalties, the n-gram ban, a grammar, bad words or allowed_token_ids are refused at `add_request`, and so is
+`prompt_logprobs`; everything else (temperature, top-k/p, min-p, typical-p, seeds, n > 1, stop tokens and strings,
+logprobs) is served. The Triton decode kernel reads one query per sequence, so
 with `attention="triton"` a step that verifies drafts runs the torch reference attention (the draft model always
 does).
 
@@ -52,7 +55,7 @@ from decodelab.validation import ParamError, as_scalar
 
 MAX_GAMMA = 16
 PENALTY_FIELDS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "no_repeat_ngram_size")
-CONSTRAINT_FIELDS = ("min_tokens", "bad_words", "bad_word_ids", "allowed_token_ids", "prompt_logprobs")
+CONSTRAINT_FIELDS = ("bad_words", "bad_word_ids", "allowed_token_ids", "prompt_logprobs")
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ class NoSpeculation:
     def lookahead(seq: SequenceState) -> int:
         return 0
 
-    def propose(self, plan: Schedule) -> Drafts:
+    def propose(self, plan: Schedule, drawer: TokenDrawer) -> Drafts:
         return NO_DRAFTS
 
     def draw(self, plan: Schedule, drafts: Drafts, logits: torch.Tensor, drawer: TokenDrawer) -> Drawn:
@@ -230,20 +233,20 @@ class Speculator:
         left = seq.params.max_tokens - len(seq.output_token_ids) - 1
         return max(0, min(self.gamma, left, self.max_model_len - len(seq.token_ids)))
 
-    def propose(self, plan: Schedule) -> Drafts:
+    def propose(self, plan: Schedule, drawer: TokenDrawer) -> Drafts:
         """A decode step's drafts, per scheduled sequence; a prefill step proposes none and writes the draft model's K/V of its
-        tokens instead."""
+        tokens instead. `drawer` names the EOS tokens that `min_tokens` masks."""
         if plan.kind is StepKind.PREFILL:
             self._prefill(plan)
             return NO_DRAFTS
-        return Drafts(tuple(self._propose(plan)))
+        return Drafts(tuple(self._propose(plan, drawer.eos_token_ids)))
 
     def draw(self, plan: Schedule, drafts: Drafts, logits: torch.Tensor, drawer: TokenDrawer) -> Drawn:
         """A prefill samples as without speculation; a decode step verifies each sequence's drafts on the target's logits
         `[sum(1 + k), V]` and takes each kept token's logprob from the row it was judged at."""
         if not drafts.proposals:
             return drawer.draw(plan, logits)
-        tokens = self._verify(plan, drafts.proposals, logits)
+        tokens = self._verify(plan, drafts.proposals, logits, drawer.eos_token_ids)
         logprobs, offset = [], 0
         for seq, proposal, seq_tokens in zip(plan.seqs, drafts.proposals, tokens):   # token j: row offset + j
             logprobs.append(drawer.logprobs(logits[offset:offset + len(seq_tokens)], [seq] * len(seq_tokens),
@@ -260,7 +263,7 @@ class Speculator:
             self._draft_len[seq] = seq.table.num_tokens
 
     @torch.inference_mode()
-    def _propose(self, plan: Schedule) -> list[Proposal]:
+    def _propose(self, plan: Schedule, eos_token_ids: frozenset[int]) -> list[Proposal]:
         """Up to `sched.num_lookahead` drafts per scheduled sequence of a decode plan. A model draft feeds, per sequence, what it has
         not read yet (its last token, and the previous round's last kept draft if it never read it), draws d_1 from
         q_1, feeds d_1, ..., one batched forward per draft position, its K/V written to the slots the table holds."""
@@ -283,7 +286,8 @@ class Speculator:
                                       plan.scheduled[i].seq.table.block_ids)
                                      for i, (feed, start) in feeds.items()], self.runner.device)
             logits = self.runner.forward(batch, self.kv_cache)                            # [B, V]
-            q = distributions(logits, [plan.scheduled[i].seq.params for i in order])          # [B, V] float64
+            q = _probs(logits, [plan.scheduled[i].seq for i in order], [tokens[i] for i in order],
+                       eos_token_ids)                                                      # [B, V] float64
             for row, i in enumerate(order):
                 seq = plan.scheduled[i].seq
                 feed, start = feeds.pop(i)
@@ -295,12 +299,15 @@ class Speculator:
                     feeds[i] = ([token], start + len(feed))
         return [Proposal(drafted, torch.stack(q_rows) if q_rows else None) for drafted, q_rows in zip(tokens, rows)]
 
-    def _verify(self, plan: Schedule, proposals: tuple[Proposal, ...], logits: torch.Tensor) -> list[list[int]]:
+    def _verify(self, plan: Schedule, proposals: tuple[Proposal, ...], logits: torch.Tensor,
+                eos_token_ids: frozenset[int]) -> list[list[int]]:
         """Judge each sequence's drafts on the target's logits `[sum(1 + k), V]` (sequence after sequence, as `PagedLlama.execute`
-        returns them): the kept drafts and the target's next token, per sequence."""
-        params = [sched.seq.params for sched, proposal in zip(plan.scheduled, proposals)
-                  for _ in range(len(proposal.tokens) + 1)]                               # one per logits row
-        p = distributions(logits, params)                                                 # [sum(1 + k), V] float64
+        returns them): the kept drafts and the target's next token, per sequence. Row j of a sequence judges the
+        token after its output and drafts 1..j, which is what min_tokens reads there."""
+        rows = [(sched.seq, proposal.tokens[:j]) for sched, proposal in zip(plan.scheduled, proposals)
+                for j in range(len(proposal.tokens) + 1)]                                 # one per logits row
+        p = _probs(logits, [seq for seq, _ in rows], [drafted for _, drafted in rows], eos_token_ids)
+        # p: [sum(1 + k), V] float64
         out, offset = [], 0
         for sched, proposal in zip(plan.scheduled, proposals, strict=True):
             k = len(proposal.tokens)
@@ -323,6 +330,17 @@ class Speculator:
     def stats(self) -> SpeculativeStats:
         return SpeculativeStats(self._rounds, self._drafted, self._judged, self._accepted, self._acceptance_prob_sum,
                                 self._tokens)
+
+
+def _probs(logits: torch.Tensor, seqs: list[SequenceState], drafted: list[list[int]],
+           eos_token_ids: frozenset[int]) -> torch.Tensor:
+    """The distributions `[B, V]` (float64) row b samples from: `seqs[b]`'s params on `logits[b]`, whose output so far
+    is the sequence's own followed by `drafted[b]` (what min_tokens counts)."""
+    params = [seq.params for seq in seqs]
+    if not any(p.min_tokens for p in params):
+        return distributions(logits, params)
+    return distributions(logits, params, [seq.output_token_ids + list(d) for seq, d in zip(seqs, drafted)],
+                         eos_token_ids)
 
 
 def make_speculator(config: SpeculativeConfig | None, target: PagedLlama) -> NoSpeculation | Speculator:
