@@ -27,6 +27,8 @@ LIB = "lib/decodelab"
 DEPENDS: dict[str, list[str]] = {
     "03-long-form.json": [f"{LIB}/sampling", f"{LIB}/decoding", f"{LIB}/measure", f"{LIB}/toy",
                           f"{LIB}/models"],
+    "03-beam-baseline.json": [f"{LIB}/decoding", f"{LIB}/sampling", f"{LIB}/toy/sentences.py", f"{LIB}/measure/scoring.py",
+                              f"{LIB}/measure/snowball.py", f"{LIB}/measure/best_of_n.py", f"{LIB}/models"],
     "04-snowball.json": [f"{LIB}/measure/forced_token.py", f"{LIB}/decoding",
                          f"{LIB}/sampling", f"{LIB}/toy", f"{LIB}/models"],
     "04-snowball-channel.json": [f"{LIB}/measure/snowball.py", f"{LIB}/measure/forced_token.py", f"{LIB}/decoding",
