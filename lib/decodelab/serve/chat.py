@@ -106,7 +106,9 @@ def message_text(content, index: int) -> str:
 def render_chat(tokenizer, template: str | None, messages: list[dict], add_generation_prompt: bool = True,
                 continue_final_message: bool = False) -> list[int]:
     """The prompt's token ids for `messages` (dicts with `role` and text `content`), rendered by `template` (None:
-    the tokenizer's own) and tokenized without adding special tokens (the template writes them, as in vLLM)."""
+    the tokenizer's own) and tokenized without adding special tokens (the template writes them, as in vLLM). A
+    message whose text spells one of the tokenizer's special tokens is refused (ParamError naming `messages`): the
+    tokenizer would read it as that token, a turn marker the user could forge."""
     if not has_template(tokenizer, template):
         raise ParamError("messages", "this model has no chat template: its tokenizer defines none and the server was "
                                      "started without --chat-template; use /v1/completions, or restart the server "
