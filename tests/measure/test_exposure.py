@@ -121,7 +121,8 @@ def test_continue_texts_samples_the_nucleus_it_is_given(small):
 # The shipped small models against their model cards: the card's figure was measured by the training script on the
 # same 400 held-out documents, so the shipped weights must give it again within 0.002 nats/char.
 @pytest.mark.parametrize("name", ["tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger",
-                                  "tiny-zh-doc-small-4xdata", "tiny-zh-doc-small-scheduled"])
+                                  "tiny-zh-doc-small-4xdata", "tiny-zh-doc-small-scheduled",
+                                  "tiny-zh-doc-small-dagger-fulldata"])
 def test_shipped_small_models_match_their_model_cards(name):
     torch.set_num_threads(1)
     card = (ASSETS / name / "README.md").read_text(encoding="utf-8")
