@@ -70,6 +70,20 @@ def test_rejects_other_models():
         StepBatch.build([([1, 2], 0, [0], [0])])
 
 
+def test_a_step_batch_lays_out_prefill_and_decode_rows():
+    """Two sequences, one feeding 3 prompt tokens and one a decode token: every index, its shape and dtype."""
+    batch = StepBatch.build([([11, 12, 13], 0, [40, 41, 42], [10]), ([14], 5, [23], [4, 5])])
+    expected = {"input_ids": [11, 12, 13, 14], "positions": [0, 1, 2, 5], "slot_mapping": [40, 41, 42, 23],
+                "query_index": [[0, 1, 2], [3, 0, 0]], "query_valid": [[True] * 3, [True, False, False]],
+                "query_positions": [[0, 1, 2], [5, 0, 0]], "block_tables": [[10, 0], [4, 5]],
+                "context_lens": [3, 6], "last_index": [2, 3]}
+    for name, values in expected.items():
+        tensor = getattr(batch, name)
+        assert tensor.tolist() == values, name
+        assert tensor.dtype == (torch.bool if name == "query_valid" else torch.long), name
+    assert batch.query_index.is_contiguous() and batch.block_tables.is_contiguous()
+
+
 def test_llama3_rope_scaling():
     from transformers import LlamaConfig, LlamaForCausalLM
 
