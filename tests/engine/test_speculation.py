@@ -209,6 +209,30 @@ def test_min_tokens_greedy_equals_the_engine_without_speculation(models, draft_n
     assert engine.stats.speculative.judged > 0
 
 
+@pytest.mark.parametrize("draft_name", ["small", "ngram"])
+def test_bad_words_and_allowed_token_ids_greedy_equal_the_engine_without_speculation(models, draft_name):
+    """Bad words of two and three tokens (the ban reads the drafts before each row) and an allowed set that removes
+    tokens greedy wants: every token equals the engine's without speculation and generate's, and the masks hold."""
+    tokenizer = models["tokenizer"]
+    docs = [doc[:30] for doc in DocumentLanguage().sample(3, seed=6)]
+    [free] = Engine(models["target"], tokenizer).generate([docs[0]], SamplingParams(temperature=0, max_tokens=40))
+    words = ("小明", "的一天", free.text[2:4])                                # the last one greedy writes
+    allowed = tuple(sorted(set(tokenizer(free.text, add_special_tokens=False)["input_ids"]) - {free.token_ids[1]}))
+    params = [SamplingParams(temperature=0, max_tokens=40, bad_words=words),
+              SamplingParams(temperature=0, max_tokens=40, allowed_token_ids=allowed + (tokenizer.eos_token_id,)),
+              SamplingParams(temperature=0, max_tokens=40, bad_words=words[:2], min_tokens=12)]
+    plain = Engine(models["target"], tokenizer).generate(docs, params)
+    engine = Engine(models["target"], tokenizer, block_size=4,
+                    speculative=SpeculativeConfig(draft_of(models, draft_name), 4))
+    outputs = run_checked(engine, docs, params)
+    assert [o.token_ids for o in outputs] == [o.token_ids for o in plain]
+    assert [o.token_ids for o in outputs] == [generate(models["target"], tokenizer, d, q)[0].token_ids
+                                              for d, q in zip(docs, params)]
+    assert not any(w in outputs[0].text for w in words) and free.text[2:4] in free.text
+    assert set(outputs[1].token_ids) <= set(allowed) | {tokenizer.eos_token_id}
+    assert outputs[1].token_ids != free.token_ids and engine.stats.speculative.judged > 0
+
+
 @torch.no_grad()
 def masked_sequence_probs(models, ids: list[int], params: SamplingParams, length: int) -> dict:
     """Exact probabilities of every continuation of up to `length` tokens under the target with min_tokens' mask

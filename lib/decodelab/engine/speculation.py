@@ -20,12 +20,12 @@ and "sample", so an engine without speculation runs the same step with no branch
    in its block table (only kept tokens are ever hashed into the prefix cache) and gives back the blocks that only
    rejected drafts reached.
 
-Prefill steps draw as without speculation; `propose` writes the draft model's K/V of the prompt. `min_tokens` is
-served: the EOS and stop tokens are masked in the draft's distribution at every draft position and in the target's at
-every judged position whose output (the sequence's, then the drafts before it) is still short, so verify keeps the
-output distribution the target's with the mask, exactly as an engine without speculation samples it. Requests with
-penalties, the n-gram ban, a grammar, bad words or allowed_token_ids are refused at `add_request`, and so is
-`prompt_logprobs`; everything else (temperature, top-k/p, min-p, typical-p, seeds, n > 1, stop tokens and strings,
+Prefill steps draw as without speculation; `propose` writes the draft model's K/V of the prompt. vLLM's masks are
+served: `min_tokens`, `bad_words` and `allowed_token_ids` mask the draft's distribution at every draft position and
+the target's at every judged position, each reading the output before that position (the sequence's, then the drafts
+before it), so verify keeps the output distribution the target's with the masks, exactly as an engine without
+speculation samples it. Requests with penalties, the n-gram ban, a grammar or `prompt_logprobs` are refused at
+`add_request`; everything else (temperature, top-k/p, min-p, typical-p, seeds, n > 1, stop tokens and strings,
 logprobs) is served. The Triton decode kernel reads one query per sequence, so
 with `attention="triton"` a step that verifies drafts runs the torch reference attention (the draft model always
 does).
@@ -55,7 +55,7 @@ from decodelab.validation import ParamError, as_scalar
 
 MAX_GAMMA = 16
 PENALTY_FIELDS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "no_repeat_ngram_size")
-CONSTRAINT_FIELDS = ("bad_words", "bad_word_ids", "allowed_token_ids", "prompt_logprobs")
+OUTSIDE_SPECULATION = ("prompt_logprobs",)   # not served by a speculative engine
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,8 @@ class Speculator:
 
     @staticmethod
     def check_params(params: SamplingParams, name: str) -> None:
-        """ParamError for what speculation cannot verify exactly: penalties, the n-gram ban, a grammar."""
+        """ParamError for what a speculative engine does not serve: penalties, the n-gram ban and a grammar (it cannot
+        verify them exactly), and prompt_logprobs."""
         for field in PENALTY_FIELDS:
             if getattr(params, field) != getattr(SamplingParams, field):
                 raise ParamError(field, f"{field} for {name} is {getattr(params, field)!r}; an engine with "
@@ -222,7 +223,7 @@ class Speculator:
         if params.grammar is not None:
             raise ParamError("grammar", f"the grammar for {name} cannot run in an engine with speculative decoding; "
                                         f"use an engine without `speculative`")
-        for field in CONSTRAINT_FIELDS:        # masks that read the output, and the prompt's logits
+        for field in OUTSIDE_SPECULATION:
             if getattr(params, field) != getattr(SamplingParams, field):
                 raise ParamError(field, f"{field} for {name} is {getattr(params, field)!r:.100}; an engine with "
                                         f"speculative decoding does not serve it; use an engine without `speculative`")
@@ -335,12 +336,11 @@ class Speculator:
 def _probs(logits: torch.Tensor, seqs: list[SequenceState], drafted: list[list[int]],
            eos_token_ids: frozenset[int]) -> torch.Tensor:
     """The distributions `[B, V]` (float64) row b samples from: `seqs[b]`'s params on `logits[b]`, whose output so far
-    is the sequence's own followed by `drafted[b]` (what min_tokens counts)."""
+    is the sequence's own followed by `drafted[b]` (what min_tokens counts and a bad word of several tokens reads)."""
     params = [seq.params for seq in seqs]
-    if not any(p.min_tokens for p in params):
-        return distributions(logits, params)
-    return distributions(logits, params, [seq.output_token_ids + list(d) for seq, d in zip(seqs, drafted)],
-                         eos_token_ids)
+    outputs = ([seq.output_token_ids + list(d) for seq, d in zip(seqs, drafted)]
+               if any(p.needs_output_tokens for p in params) else None)
+    return distributions(logits, params, outputs, eos_token_ids)
 
 
 def make_speculator(config: SpeculativeConfig | None, target: PagedLlama) -> NoSpeculation | Speculator:
