@@ -42,10 +42,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     "03-strategies": dict.fromkeys(
         ["73.66%", "28.94%", "0.22%", "0.36%", "1.48", "6.88", "12.38", "13.13", "22.73"],
         "Holtzman et al. (2020), Table 1 (GPT-2 Large), quoted in 和论文比 and 本页结论 with the citation"),
-    "07c-serving": {
-        "6.8": "75.8 ÷ 11.1, the ratio of two stored normalized latencies; the cell shows the division",
-        "1.20": "1,559 ÷ 1,297 tokens/s, the ratio of two stored throughputs; the cell shows the division",
-    },
     "07e-best-of-n": {"0.155": "0.8147 − 0.6593, a difference of two stored figures; the cell writes the subtraction"},
 }
 
@@ -324,11 +320,8 @@ PAGE_ALLOWED: dict[str, dict[str, str]] = {
     },
 }
 # Result figures still typed because their chapter has no glue cell yet: {page: {figure: chapter stem that must hold it}}.
-# 07c-serving has its own owner; each figure here is checked against that chapter's stored outputs and data until the
-# chapter glues it.
-PENDING: dict[str, dict[str, str]] = {
-    "00-intro": dict.fromkeys(["75.8", "11.1"], "07c-serving"),
-}
+# Each figure here is checked against that chapter's stored outputs and data until the chapter glues it.
+PENDING: dict[str, dict[str, str]] = {}
 # Model-card figures the intro quotes (parameters, training time, cross-entropy), held by the card it names.
 MODEL_CARD_FIGURES: dict[str, set[str]] = {"00-intro": {"0.8029", "0.7941", "0.0088", "11.3", "0.7685"}}
 
@@ -497,7 +490,7 @@ README_UNSOURCED: dict[str, str] = {
     "### Paged decode attention": "the kernel is timed on CUDA only; no GPU run has been kept",
 }
 # Ratios a table row shows beside the two figures it divides (the row holds both): {figure: the division}.
-README_DERIVED = {"6.8": "75.8 ÷ 11.1 ms/token, in the same row", "1.20": "1,559 ÷ 1,297 tokens/s, in the same row"}
+README_DERIVED: dict[str, str] = {}
 README_RATIO = re.compile(r"(\d+(?:\.\d+)?)×")  # a "29.8×" cell: the ratio itself is the figure
 
 
