@@ -1,4 +1,5 @@
-"""Turn the `{doc}` roles of notebooks into plain Markdown links that name the target page.
+"""Turn the `{doc}` roles of notebooks into plain Markdown links that name the target page, and give each `{numref}`
+to a figure the figure's number as its text.
 
 A `{doc}` role to another page reads well in the built book, but jupyterlab-myst 2.7.0 (what `make lab` and
 `make lecture` install) cannot see other files: it shows the bare file name, and its link 404s. A plain Markdown link
@@ -10,6 +11,13 @@ text is the target's chapter number and title, as the book's table of contents n
     {doc}`这一章 <03-strategies>`             ->  [第 3 章 常见解码策略](03-strategies.ipynb)
     {doc}`解码策略：常见解码策略 <03-strategies>`  keeps its text, which names the title
 
+A `{numref}` to a figure drawn by a code cell (`mystnb.figure.name` in its metadata) has the same problem:
+jupyterlab-myst cannot see that figure and shows the bare label. Written with an explicit title, the number reads in
+both places, and the book still links it (tests/site/test_book.py checks that the text is the number the figure shows):
+
+    {numref}`fig-overflow`                    ->  {numref}`图 1.2 <fig-overflow>`
+
+Figures are numbered as the book numbers them: chapter number, then the figure's place among the chapter's figures.
 Only markdown cells change, so a converted notebook needs no re-execution. Idempotent. `--check` changes nothing and
 exits 1 when a notebook would change.
 
@@ -30,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_ROLE = re.compile(r"\{doc\}`([^`]+)`")
+NUMREF_ROLE = re.compile(r"\{numref\}`([^`]+)`")
 _EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.DOTALL)
 _HEADING = re.compile(r"^#\s+(.+?)\s*$", re.MULTILINE)
 
@@ -87,6 +96,21 @@ def book_pages(root: Path = ROOT) -> dict[str, Page]:
     return pages
 
 
+def figure_numbers(pages: dict[str, Page]) -> dict[str, str]:
+    """Every code-cell figure of the numbered notebook pages by its name: {'fig-overflow': '图 1.2', ...}."""
+    numbers = {}
+    for page in pages.values():
+        if page.number is None or page.path.suffix != ".ipynb":
+            continue
+        notebook = json.loads(page.path.read_text(encoding="utf-8"))
+        names = [cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name") for cell in notebook["cells"]]
+        for index, name in enumerate([name for name in names if name], start=1):
+            if name in numbers:
+                raise ValueError(f"figure name {name!r} is used twice ({numbers[name]} and {page.path.name})")
+            numbers[name] = f"图 {page.number}.{index}"
+    return numbers
+
+
 def _target_page(target: str, here: Path, pages: dict[str, Page], root: Path) -> Page:
     target = target.strip()
     name = target.lstrip("/") if target.startswith("/") else os.path.relpath(here / target, root)
@@ -96,9 +120,11 @@ def _target_page(target: str, here: Path, pages: dict[str, Page], root: Path) ->
     return pages[name]
 
 
-def convert_text(text: str, here: Path, pages: dict[str, Page], root: Path = ROOT) -> str:
+def convert_text(text: str, here: Path, pages: dict[str, Page], root: Path = ROOT,
+                 figures: dict[str, str] | None = None) -> str:
     """`text` (markdown in a file in the folder `here`) with each `{doc}` role replaced by a Markdown link to the
-    page's source file, relative to `here`, whose text is the page's chapter number and title."""
+    page's source file, relative to `here`, whose text is the page's chapter number and title; and each `{numref}`
+    to a figure named in `figures` (see figure_numbers) given that figure's number as its explicit title."""
     def link(match: re.Match) -> str:
         content = match.group(1)
         explicit = _EXPLICIT.match(content)
@@ -107,12 +133,20 @@ def convert_text(text: str, here: Path, pages: dict[str, Page], root: Path = ROO
         shown = explicit.group("text") if explicit and page.title in explicit.group("text") else page.link_text
         return f"[{shown}]({os.path.relpath(page.path, here)})"
 
-    return DOC_ROLE.sub(link, text)
+    def numbered(match: re.Match) -> str:
+        explicit = _EXPLICIT.match(match.group(1))
+        label = (explicit.group("target") if explicit else match.group(1)).strip()
+        if figures is None or label not in figures:
+            return match.group()  # a table, a section, an equation: jupyterlab-myst's own business
+        return f"{{numref}}`{figures[label]} <{label}>`"
+
+    return NUMREF_ROLE.sub(numbered, DOC_ROLE.sub(link, text))
 
 
-def converted(notebook: dict[str, Any], here: Path, pages: dict[str, Page], root: Path = ROOT) -> dict[str, Any]:
+def converted(notebook: dict[str, Any], here: Path, pages: dict[str, Page], root: Path = ROOT,
+              figures: dict[str, str] | None = None) -> dict[str, Any]:
     """A copy of `notebook` (nbformat 4 JSON as a dict, in the folder `here`) whose markdown cells hold links
-    instead of `{doc}` roles. Code cells and outputs are not touched."""
+    instead of `{doc}` roles, and numbered `{numref}` roles (convert_text). Code cells and outputs are not touched."""
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise ValueError("notebook must be an nbformat 4 notebook dict with a 'cells' list")
     result = copy.deepcopy(notebook)
@@ -120,7 +154,7 @@ def converted(notebook: dict[str, Any], here: Path, pages: dict[str, Page], root
         if cell.get("cell_type") != "markdown":
             continue
         before = _source(cell)
-        after = convert_text(before, here, pages, root)
+        after = convert_text(before, here, pages, root, figures)
         if after != before:
             cell["source"] = after.splitlines(keepends=True)
     return result
@@ -134,18 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = args.root.resolve()
     pages = book_pages(root)
+    figures = figure_numbers(pages)
     changed = []
     for path in args.notebooks:
         if path.suffix != ".ipynb" or not path.is_file():
             parser.error(f"not a notebook file: {path}")
         notebook = json.loads(path.read_text(encoding="utf-8"))
-        new = converted(notebook, path.resolve().parent, pages, root)
+        new = converted(notebook, path.resolve().parent, pages, root, figures)
         if new != notebook:
             changed.append(path)
             if not args.check:
                 path.write_text(json.dumps(new, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     for path in changed:
-        print(f"{'would convert' if args.check else 'converted'} the {{doc}} roles of {path}")
+        print(f"{'would convert' if args.check else 'converted'} the {{doc}} and {{numref}} roles of {path}")
     return 1 if args.check and changed else 0
 
 

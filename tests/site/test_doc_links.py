@@ -1,6 +1,8 @@
-"""Cross-page references in notebooks read the same in the book and in JupyterLab: no `{doc}` role (jupyterlab-myst
-shows it as the file name, with a link that 404s), and every Markdown link to another page of the book names that
-page's title. scripts/doc_links.py writes the links; the book build (-W -n) resolves them as document links."""
+"""References in notebooks read the same in the book and in JupyterLab: no `{doc}` role (jupyterlab-myst shows it as
+the file name, with a link that 404s), every Markdown link to another page of the book names that page's title, and
+every `{numref}` to a figure carries the figure's number as its text (jupyterlab-myst cannot see figures drawn by code
+cells and showed the bare label). scripts/doc_links.py writes them; the book build (-W -n) resolves the links, and
+tests/site/test_book.py checks that each reference shows the number its figure shows."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "doc_links.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
-from doc_links import DOC_ROLE, book_pages, convert_text, converted, main, page_title  # noqa: E402
+from doc_links import (  # noqa: E402
+    DOC_ROLE, NUMREF_ROLE, book_pages, convert_text, converted, figure_numbers, main, page_title,
+)
 
 NOTEBOOKS = sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("exercises/*.ipynb"),
                     *ROOT.glob("exercises/solutions/*.ipynb")])
@@ -29,6 +33,11 @@ LOCAL_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+\.(?:ipynb|md))(#[^)]*)?\)")
 @pytest.fixture(scope="module")
 def pages():
     return book_pages(ROOT)
+
+
+@pytest.fixture(scope="module")
+def figures(pages):
+    return figure_numbers(pages)
 
 
 def _markdown_texts(path: Path) -> list[str]:
@@ -64,6 +73,16 @@ def test_roles_become_links_that_name_the_title(pages):
         "[第 2 章 Temperature](../chapters/02-temperature.ipynb)")
     once = convert_text(text, here, pages)
     assert convert_text(once, here, pages) == once
+
+
+def test_figure_references_get_the_figure_number(pages, figures):
+    assert figures["fig-shift-invariance"] == "图 1.1" and figures["fig-temperature-all-contexts"] == "图 2.3"
+    here = ROOT / "chapters"
+    text = "（{numref}`fig-overflow`）与 {numref}`图 9.9 <fig-overflow>`，表 {numref}`tab-not-a-figure`"
+    once = convert_text(text, here, pages, figures=figures)
+    assert once == "（{numref}`图 1.2 <fig-overflow>`）与 {numref}`图 1.2 <fig-overflow>`，表 {numref}`tab-not-a-figure`"
+    assert convert_text(once, here, pages, figures=figures) == once
+    assert convert_text(text, here, pages) == text  # no figure table: numref roles are left alone
 
 
 def test_an_unknown_target_is_refused(pages):
@@ -115,11 +134,15 @@ def test_page_title_refuses_other_files(tmp_path):
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.relative_to(ROOT).as_posix() not in PENDING],
                          ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_notebook_links_name_their_pages(path, pages):
+def test_notebook_links_name_their_pages(path, pages, figures):
     titles = {page.path.resolve(): page.title for page in pages.values()}
     problems = []
     for text in _markdown_texts(path):
         problems += [f"raw role {role.group()}" for role in DOC_ROLE.finditer(text)]
+        for role in NUMREF_ROLE.finditer(text):
+            label = role.group(1).rsplit("<", 1)[-1].rstrip(">").strip()
+            if label in figures and role.group() != f"{{numref}}`{figures[label]} <{label}>`":
+                problems.append(f"{role.group()} does not show the figure's number {figures[label]!r}")
         for link in LOCAL_LINK.finditer(text):
             shown, target = link.group(1), (path.parent / link.group(2)).resolve()
             if not target.is_file():
