@@ -84,8 +84,8 @@ class Drawn:
     request did not ask)."""
     tokens: list[list[int]]
     logprobs: list[list[TokenLogprob | None]]
-    prompt_logprobs: dict[int, list[TokenLogprob | None]] = field(default_factory=dict)  # seq_id -> per prompt
-                                                                                          # token, from this prefill
+    prompt_logprobs: dict[int, list[TokenLogprob | None]] | None = None   # seq_id -> per prompt token, from this
+                                                                          # prefill (None: no request asked)
 
 
 @dataclass(slots=True)
