@@ -57,6 +57,7 @@ DEPENDS: dict[str, list[str]] = {
                              f"{LIB}/decoding/constrained.py", f"{LIB}/grammar", f"{LIB}/measure/constrained.py"],
     "07e-best-of-n.json": ["benchmarks/best_of_n.py", f"{LIB}/measure/best_of_n.py",
                            f"{LIB}/engine", f"{LIB}/toy/questions.py"],
+    "07d-overhead-ab.json": ["benchmarks/constrained.py", f"{LIB}/grammar", f"{LIB}/decoding/generate.py", f"{LIB}/models"],
 }
 
 COMMIT = re.compile(r"^[0-9a-f]{40}(-dirty)?$")
