@@ -7,8 +7,9 @@ library code a data file depends on has changed since that commit (the figures m
     from provenance import stamp            # scripts/ is the script's own folder, first on sys.path
     result = stamp({"rows": rows}, "python scripts/ch04_snowball.py")
 
-Used by: the scripts here that write chapters/data/*.json (long_form.py, ch04_snowball.py, ch05_*.py, ch06_timing.py, ch07_*.py,
-ch07b_speculative.py, ch07d_constrained.py, ch07e_best_of_n.py).
+Used by: the scripts here that write chapters/data/*.json (long_form.py, ch03_beam_baseline.py, ch04_snowball.py, ch05_*.py,
+ch06_timing.py, ch07_*.py, ch07b_speculative.py, ch07b_speed_ab.py, ch07b_engine_ab.py, ch07c_load.py, ch07d_constrained.py,
+ch07d_overhead_ab.py, ch07e_best_of_n.py).
 """
 from __future__ import annotations
 
