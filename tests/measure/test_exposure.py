@@ -122,7 +122,7 @@ def test_continue_texts_samples_the_nucleus_it_is_given(small):
 # same 400 held-out documents, so the shipped weights must give it again within 0.002 nats/char.
 @pytest.mark.parametrize("name", ["tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger",
                                   "tiny-zh-doc-small-4xdata", "tiny-zh-doc-small-scheduled",
-                                  "tiny-zh-doc-small-dagger-fulldata"])
+                                  "tiny-zh-doc-small-dagger-fulldata", "tiny-zh-doc-small-dagger-fulldata-noend"])
 def test_shipped_small_models_match_their_model_cards(name):
     torch.set_num_threads(1)
     card = (ASSETS / name / "README.md").read_text(encoding="utf-8")
