@@ -472,7 +472,8 @@ README = ROOT / "README.md"
 # "### heading" under "## Performance" (its start) -> the JSON files of the run its tables quote.
 README_SOURCES: dict[str, list[str]] = {
     "### Sampling": ["benchmarks/results/sampling-quick.json"],
-    "### Bookkeeping": ["benchmarks/results/bookkeeping-ab.json"],
+    "### Bookkeeping": ["benchmarks/results/bookkeeping-ab-cpu.json", "benchmarks/results/engine-overhead-ab.json",
+                        "benchmarks/results/bookkeeping-ab-wall.json", "benchmarks/results/bookkeeping-ab.json"],
     "### Serving (": ["benchmarks/results/serving.json"],
     "### Roofline": ["chapters/data/06-roofline.json", "chapters/06-prefill-decode-kv-cache.ipynb"],
     "### Slab reservation vs paged": ["chapters/data/07-slab.json"],
