@@ -12,12 +12,16 @@ text is the target's chapter number and title, as the book's table of contents n
     {doc}`解码策略：常见解码策略 <03-strategies>`  keeps its text, which names the title
 
 A `{numref}` to a figure drawn by a code cell (`mystnb.figure.name` in its metadata) has the same problem:
-jupyterlab-myst cannot see that figure and shows the bare label. Written with an explicit title, the number reads in
-both places, and the book still links it (tests/site/test_book.py checks that the text is the number the figure shows):
+jupyterlab-myst cannot see that figure and shows the bare label. (An explicit title does not help: Sphinx needs a
+`%s` in it, which jupyterlab-myst shows as it is.) A Markdown link to the figure's label, with the number as its text,
+reads in both places; myst-parser resolves `#label` to the figure, and tests/site/test_book.py checks that the text is
+the number the figure shows:
 
-    {numref}`fig-overflow`                    ->  {numref}`图 1.2 <fig-overflow>`
+    {numref}`fig-overflow`                    ->  [图 1.2](#fig-overflow)
+    (in another chapter)                      ->  [图 1.2](01-logits-to-probs.ipynb#fig-overflow)
 
-Figures are numbered as the book numbers them: chapter number, then the figure's place among the chapter's figures.
+Figures are numbered as the book numbers them: chapter number, then the figure's place among the chapter's figures;
+a link written earlier gets the figure's current number.
 Only markdown cells change, so a converted notebook needs no re-execution. Idempotent. `--check` changes nothing and
 exits 1 when a notebook would change.
 
@@ -39,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DOC_ROLE = re.compile(r"\{doc\}`([^`]+)`")
 NUMREF_ROLE = re.compile(r"\{numref\}`([^`]+)`")
+FIGURE_LINK = re.compile(r"\[([^\]]*)\]\(([^)#\s]*)#([^)\s]+)\)")
 _EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.DOTALL)
 _HEADING = re.compile(r"^#\s+(.+?)\s*$", re.MULTILINE)
 
@@ -96,8 +101,16 @@ def book_pages(root: Path = ROOT) -> dict[str, Page]:
     return pages
 
 
-def figure_numbers(pages: dict[str, Page]) -> dict[str, str]:
-    """Every code-cell figure of the numbered notebook pages by its name: {'fig-overflow': '图 1.2', ...}."""
+@dataclass(frozen=True)
+class Figure:
+    """A numbered figure: its number as the book shows it ('图 1.2') and the notebook that draws it."""
+
+    number: str
+    path: Path
+
+
+def figure_numbers(pages: dict[str, Page]) -> dict[str, Figure]:
+    """Every code-cell figure of the numbered notebook pages by its name: {'fig-overflow': Figure('图 1.2', ...)}."""
     numbers = {}
     for page in pages.values():
         if page.number is None or page.path.suffix != ".ipynb":
@@ -106,8 +119,8 @@ def figure_numbers(pages: dict[str, Page]) -> dict[str, str]:
         names = [cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name") for cell in notebook["cells"]]
         for index, name in enumerate([name for name in names if name], start=1):
             if name in numbers:
-                raise ValueError(f"figure name {name!r} is used twice ({numbers[name]} and {page.path.name})")
-            numbers[name] = f"图 {page.number}.{index}"
+                raise ValueError(f"figure name {name!r} is used twice ({numbers[name].path.name} and {page.path.name})")
+            numbers[name] = Figure(f"图 {page.number}.{index}", page.path.resolve())
     return numbers
 
 
@@ -121,10 +134,13 @@ def _target_page(target: str, here: Path, pages: dict[str, Page], root: Path) ->
 
 
 def convert_text(text: str, here: Path, pages: dict[str, Page], root: Path = ROOT,
-                 figures: dict[str, str] | None = None) -> str:
-    """`text` (markdown in a file in the folder `here`) with each `{doc}` role replaced by a Markdown link to the
-    page's source file, relative to `here`, whose text is the page's chapter number and title; and each `{numref}`
-    to a figure named in `figures` (see figure_numbers) given that figure's number as its explicit title."""
+                 figures: dict[str, Figure] | None = None, current: Path | None = None) -> str:
+    """`text` (markdown in the file `current`, in the folder `here`) with each `{doc}` role replaced by a Markdown
+    link to the page's source file, relative to `here`, whose text is the page's chapter number and title; and each
+    `{numref}` to a figure named in `figures` (see figure_numbers), or a link to one, written as a Markdown link to
+    the figure's label whose text is the figure's number."""
+    here = Path(here).resolve()
+
     def link(match: re.Match) -> str:
         content = match.group(1)
         explicit = _EXPLICIT.match(content)
@@ -133,20 +149,28 @@ def convert_text(text: str, here: Path, pages: dict[str, Page], root: Path = ROO
         shown = explicit.group("text") if explicit and page.title in explicit.group("text") else page.link_text
         return f"[{shown}]({os.path.relpath(page.path, here)})"
 
+    def figure_link(label: str) -> str | None:
+        figure = (figures or {}).get(label.strip())
+        if figure is None:
+            return None
+        same = current is not None and Path(current).resolve() == figure.path
+        return f"[{figure.number}]({'' if same else os.path.relpath(figure.path, here)}#{label.strip()})"
+
     def numbered(match: re.Match) -> str:
         explicit = _EXPLICIT.match(match.group(1))
-        label = (explicit.group("target") if explicit else match.group(1)).strip()
-        if figures is None or label not in figures:
-            return match.group()  # a table, a section, an equation: jupyterlab-myst's own business
-        return f"{{numref}}`{figures[label]} <{label}>`"
+        # a table, a section, an equation: left to jupyterlab-myst
+        return figure_link(explicit.group("target") if explicit else match.group(1)) or match.group()
 
-    return NUMREF_ROLE.sub(numbered, DOC_ROLE.sub(link, text))
+    def renumbered(match: re.Match) -> str:
+        return figure_link(match.group(3)) or match.group()
+
+    return FIGURE_LINK.sub(renumbered, NUMREF_ROLE.sub(numbered, DOC_ROLE.sub(link, text)))
 
 
-def converted(notebook: dict[str, Any], here: Path, pages: dict[str, Page], root: Path = ROOT,
-              figures: dict[str, str] | None = None) -> dict[str, Any]:
-    """A copy of `notebook` (nbformat 4 JSON as a dict, in the folder `here`) whose markdown cells hold links
-    instead of `{doc}` roles, and numbered `{numref}` roles (convert_text). Code cells and outputs are not touched."""
+def converted(notebook: dict[str, Any], path: Path, pages: dict[str, Page], root: Path = ROOT,
+              figures: dict[str, Figure] | None = None) -> dict[str, Any]:
+    """A copy of `notebook` (nbformat 4 JSON as a dict, read from `path`) whose markdown cells hold links instead of
+    `{doc}` roles and of `{numref}` roles to figures (convert_text). Code cells and outputs are not touched."""
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise ValueError("notebook must be an nbformat 4 notebook dict with a 'cells' list")
     result = copy.deepcopy(notebook)
@@ -154,7 +178,7 @@ def converted(notebook: dict[str, Any], here: Path, pages: dict[str, Page], root
         if cell.get("cell_type") != "markdown":
             continue
         before = _source(cell)
-        after = convert_text(before, here, pages, root, figures)
+        after = convert_text(before, Path(path).resolve().parent, pages, root, figures, path)
         if after != before:
             cell["source"] = after.splitlines(keepends=True)
     return result
@@ -174,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if path.suffix != ".ipynb" or not path.is_file():
             parser.error(f"not a notebook file: {path}")
         notebook = json.loads(path.read_text(encoding="utf-8"))
-        new = converted(notebook, path.resolve().parent, pages, root, figures)
+        new = converted(notebook, path, pages, root, figures)
         if new != notebook:
             changed.append(path)
             if not args.check:

@@ -1,7 +1,7 @@
 """References in notebooks read the same in the book and in JupyterLab: no `{doc}` role (jupyterlab-myst shows it as
 the file name, with a link that 404s), every Markdown link to another page of the book names that page's title, and
-every `{numref}` to a figure carries the figure's number as its text (jupyterlab-myst cannot see figures drawn by code
-cells and showed the bare label). scripts/doc_links.py writes them; the book build (-W -n) resolves the links, and
+every reference to a figure is a Markdown link to its label whose text is the figure's number (jupyterlab-myst cannot
+see figures drawn by code cells and showed a `{numref}` as the bare label). scripts/doc_links.py writes them; the book build (-W -n) resolves the links, and
 tests/site/test_book.py checks that each reference shows the number its figure shows."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SCRIPT = ROOT / "scripts" / "doc_links.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
 from doc_links import (  # noqa: E402
-    DOC_ROLE, NUMREF_ROLE, book_pages, convert_text, converted, figure_numbers, main, page_title,
+    DOC_ROLE, FIGURE_LINK, NUMREF_ROLE, book_pages, convert_text, converted, figure_numbers, main, page_title,
 )
 
 NOTEBOOKS = sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("exercises/*.ipynb"),
@@ -75,14 +75,18 @@ def test_roles_become_links_that_name_the_title(pages):
     assert convert_text(once, here, pages) == once
 
 
-def test_figure_references_get_the_figure_number(pages, figures):
-    assert figures["fig-shift-invariance"] == "图 1.1" and figures["fig-temperature-all-contexts"] == "图 2.3"
-    here = ROOT / "chapters"
-    text = "（{numref}`fig-overflow`）与 {numref}`图 9.9 <fig-overflow>`，表 {numref}`tab-not-a-figure`"
-    once = convert_text(text, here, pages, figures=figures)
-    assert once == "（{numref}`图 1.2 <fig-overflow>`）与 {numref}`图 1.2 <fig-overflow>`，表 {numref}`tab-not-a-figure`"
-    assert convert_text(once, here, pages, figures=figures) == once
-    assert convert_text(text, here, pages) == text  # no figure table: numref roles are left alone
+def test_figure_references_become_links_that_show_the_number(pages, figures):
+    assert figures["fig-shift-invariance"].number == "图 1.1" and figures["fig-temperature-all-contexts"].number == "图 2.3"
+    here, chapter_01 = ROOT / "chapters", ROOT / "chapters" / "01-logits-to-probs.ipynb"
+    text = ("（{numref}`fig-overflow`）与 {numref}`图 %s <fig-overflow>`，[图 9.9](#fig-overflow)，"
+            "表 {numref}`tab-not-a-figure`，[式](#eq-softmax)")
+    once = convert_text(text, here, pages, figures=figures, current=chapter_01)
+    assert once == ("（[图 1.2](#fig-overflow)）与 [图 1.2](#fig-overflow)，[图 1.2](#fig-overflow)，"
+                    "表 {numref}`tab-not-a-figure`，[式](#eq-softmax)")
+    assert convert_text(once, here, pages, figures=figures, current=chapter_01) == once
+    elsewhere = convert_text("{numref}`fig-overflow`", ROOT / "exercises", pages, figures=figures)
+    assert elsewhere == "[图 1.2](../chapters/01-logits-to-probs.ipynb#fig-overflow)"
+    assert convert_text(text, here, pages) == text  # no figure table: left alone
 
 
 def test_an_unknown_target_is_refused(pages):
@@ -95,7 +99,7 @@ def test_only_markdown_cells_change(pages):
         {"cell_type": "markdown", "metadata": {}, "source": ["见 {doc}`02-temperature`。\n", "下一行"]},
         {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "s = '{doc}`02-temperature`'",
          "outputs": []}]}
-    result = converted(notebook, ROOT / "chapters", pages)
+    result = converted(notebook, ROOT / "chapters" / "x.ipynb", pages)
     assert result["cells"][0]["source"] == ["见 [第 2 章 Temperature](02-temperature.ipynb)。\n", "下一行"]
     assert result["cells"][1] == notebook["cells"][1]
     with pytest.raises(ValueError, match="notebook must be an nbformat 4 notebook dict"):
@@ -140,9 +144,12 @@ def test_notebook_links_name_their_pages(path, pages, figures):
     for text in _markdown_texts(path):
         problems += [f"raw role {role.group()}" for role in DOC_ROLE.finditer(text)]
         for role in NUMREF_ROLE.finditer(text):
-            label = role.group(1).rsplit("<", 1)[-1].rstrip(">").strip()
-            if label in figures and role.group() != f"{{numref}}`{figures[label]} <{label}>`":
-                problems.append(f"{role.group()} does not show the figure's number {figures[label]!r}")
+            if role.group(1).rsplit("<", 1)[-1].rstrip(">").strip() in figures:
+                problems.append(f"{role.group()}: a figure reference jupyterlab-myst shows as its label")
+        for link in FIGURE_LINK.finditer(text):
+            figure = figures.get(link.group(3))
+            if figure is not None and link.group(1) != figure.number:
+                problems.append(f"{link.group()} does not show the figure's number {figure.number!r}")
         for link in LOCAL_LINK.finditer(text):
             shown, target = link.group(1), (path.parent / link.group(2)).resolve()
             if not target.is_file():

@@ -50,7 +50,8 @@ function render({ model, el: root }) {
   const [low, high] = model.get("logit_range"), [shiftLow, shiftHigh] = model.get("shift_range");
   const step = model.get("step");
   const head = el("div", "dl-softmax-head");
-  for (const text of ["token", "logit z（拖动）", "z", "softmax p", "p", "log-softmax", "log p"]) head.append(el("span", "", text));
+  // the first column holds the tokens themselves and needs no heading
+  for (const text of ["", "logit z（拖动）", "z", "softmax p", "p", "log-softmax", "log p"]) head.append(el("span", "", text));
   box.append(head);
   const rows = tokens.map((token, i) => {
     const row = el("div", "dl-softmax-row");
