@@ -1,6 +1,6 @@
 """Chapter 07c's load measurements: benchmarks/load.py's full run (continuous and static batching, rates 8-96 req/s
 and a burst of 200 clients, 200 requests per run) over 5 workload seeds, written to chapters/data/07c-serving-load.json
-with the command and library commit (about 15 minutes on the 2-core course machine).
+with the command and library commit (17 minutes on the 2-core course machine while other jobs shared it).
 
     .venv/bin/python scripts/ch07c_load.py
 

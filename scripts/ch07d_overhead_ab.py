@@ -1,5 +1,5 @@
 """Chapter 07d's mask overhead from interleaved A/B repeats: the cost of one grammar mask + advance against one model
-forward per decode step, written to chapters/data/07d-overhead-ab.json (about 3 minutes on the 2-core course machine
+forward per decode step, written to chapters/data/07d-overhead-ab.json (about 2 minutes on the 2-core course machine
 while other jobs shared it).
 
     .venv/bin/python scripts/ch07d_overhead_ab.py [--repeats 10] [--sentences 200]
