@@ -12,10 +12,10 @@ several seeds the runs go seed by seed (all rates of seed 0, then of seed 1, ...
 from other jobs spreads over the rates, and the JSON's "summary" gives, per mode and rate, the median and the
 interquartile range over seeds of each latency percentile and of the throughput.
 
-Per run: requests completed, refused (503, queue full) and lost (anything else: must be 0); p50 and p99 of TTFT
-(send to first streamed token) and of TPOT (time per output token after the first, per request); normalized
-latency (end-to-end time / output tokens, the vLLM paper's Figure 12 measure); output tokens/s over the run. CPU
-figures: the server and the clients share this machine's cores.
+Per run: the machine's 1-minute load average just before it; requests completed, refused (503, queue full) and lost
+(anything else: must be 0); p50 and p99 of TTFT (send to first streamed token) and of TPOT (time per output token
+after the first, per request); normalized latency (end-to-end time / output tokens, the vLLM paper's Figure 12
+measure); output tokens/s over the run. CPU figures: the server and the clients share this machine's cores.
 
     python benchmarks/load.py [--quick] [--rates 2,4,8,burst] [--requests N] [--seeds 0,1,2] [--out PATH]
     python benchmarks/load.py --base-url http://127.0.0.1:8000/v1 --model NAME   # a server already running
@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -270,9 +271,11 @@ def measure(base_url: str, model: str, mode: str, rates: list[float | None], arg
         for rate in rates:
             count = requests_count if rate is None or not args.quick else 40
             requests = workload(count, rate, seed)
+            load_before = os.getloadavg()[0]  # other jobs on the machine: what the run's figures shared it with
             results, start = asyncio.run(run(base_url + "/completions", model, requests, args.timeout))
             summary = summarize(requests, results, start)
-            runs.append({"batching": mode, "rate": "burst" if rate is None else rate, "seed": seed, **summary})
+            runs.append({"batching": mode, "rate": "burst" if rate is None else rate, "seed": seed,
+                         "load_average_1min_before": load_before, **summary})
             print(f"{mode:10s} seed {seed} rate {runs[-1]['rate']}: {summary['completed']}/{count} done, "
                   f"{summary['refused']} refused, {summary['lost']} lost, {summary['duration_s']:.1f} s", flush=True)
     return runs

@@ -150,6 +150,7 @@ def test_load_benchmark_smoke(tmp_path):
     assert burst["requests"] == 200 and burst["peak_in_flight"] == 200
     for run in runs:
         assert run["lost"] == 0 and run["completed"] + run["refused"] == run["requests"], run
+        assert run["seed"] == 0 and run["load_average_1min_before"] >= 0
         assert 0 < run["ttft_p50_s"] <= run["ttft_p99_s"] and run["throughput_tok_s"] > 0
 
 
