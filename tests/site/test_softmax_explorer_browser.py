@@ -118,3 +118,18 @@ def test_dragging_a_logit_moves_the_bars_in_the_chapter(browser, built_book, wid
         assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, f"the explorer overflows {width} px: {box}"
         check_logit_and_shift(page, saved[0]["logits"], saved[0]["shift"])
         widget.screenshot(path=str(SCREENSHOTS / f"softmax-explorer-{width}.png"))
+
+
+def test_lecture_mode_fits_a_slide_with_large_labels(browser, tmp_path):
+    """lecture=True: labels at 21 px, and the whole explorer (6 rows, the shift slider) inside a 1366 × 768 window."""
+    widget = SoftmaxExplorer(["机", "操", "家", "村", "树", "草"], [7.2, 7.1, 7.1, 7.1, 1.5, 1.1], lecture=True)
+    write_standalone_site(tmp_path, widget, title="softmax lecture")
+    with served_page(browser, tmp_path, "index.html", timeout_ms=TIMEOUT_MS, viewport={"width": 1366, "height": 768},
+                     wait_for=".dl-softmax.dl-lecture .dl-softmax-row") as page:
+        box = page.locator(".dl-softmax").bounding_box()
+        font = page.locator(".dl-softmax-token").first.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 1366 and box["y"] + box["height"] <= 768, box
+        assert font >= 21, font
+        check_logit_and_shift(page, list(widget.logits), widget.shift)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "softmax-explorer-lecture.png"))
