@@ -39,6 +39,8 @@ DEPENDS: dict[str, list[str]] = {
                          f"{LIB}/toy", f"{LIB}/models"],
     "05-capability.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/repetition.py", f"{LIB}/toy",
                            f"{LIB}/models/assets", f"{LIB}/decoding", f"{LIB}/sampling", "scripts/ch05_capability.py"],
+    "05-mitigations.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/dagger.py", f"{LIB}/toy", f"{LIB}/models",
+                            "scripts/ch05_exposure.py"],
     "05-temperature.json": [f"{LIB}/measure/exposure.py", f"{LIB}/measure/snowball.py", f"{LIB}/toy",
                             f"{LIB}/models"],
     "06-roofline.json": ["benchmarks/roofline.py"],
@@ -55,9 +57,9 @@ DEPENDS: dict[str, list[str]] = {
     "07c-serving-load.json": ["benchmarks/load.py", f"{LIB}/serve", f"{LIB}/engine"],
     "07d-constrained.json": ["benchmarks/constrained.py",
                              f"{LIB}/decoding/constrained.py", f"{LIB}/grammar", f"{LIB}/measure/constrained.py"],
+    "07d-overhead-ab.json": ["benchmarks/constrained.py", f"{LIB}/grammar", f"{LIB}/decoding/generate.py", f"{LIB}/models"],
     "07e-best-of-n.json": ["benchmarks/best_of_n.py", f"{LIB}/measure/best_of_n.py",
                            f"{LIB}/engine", f"{LIB}/toy/questions.py"],
-    "07d-overhead-ab.json": ["benchmarks/constrained.py", f"{LIB}/grammar", f"{LIB}/decoding/generate.py", f"{LIB}/models"],
 }
 
 COMMIT = re.compile(r"^[0-9a-f]{40}(-dirty)?$")
