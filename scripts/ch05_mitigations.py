@@ -21,7 +21,7 @@ weighted as the data's positions), validity of the continuations. Each compariso
 resampled once for both models (the same bootstrap draws), 95% intervals. The margins below were written here before
 the runs: a difference whose whole interval lies inside the margin counts as no effect.
 
-    .venv/bin/python scripts/ch05_mitigations.py   # writes chapters/data/05-mitigations.json (about 15 minutes on 1 core)
+    .venv/bin/python scripts/ch05_mitigations.py   # writes chapters/data/05-mitigations.json (about 8 minutes on 1 core)
 
 Taught in: chapters/05-exposure-bias.ipynb
 """
