@@ -12,7 +12,7 @@ def dense_causal_attention(q, k, v):
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
-    mask = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool).tril()
+    mask = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool, device=q.device).tril()
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
