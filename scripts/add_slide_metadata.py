@@ -7,7 +7,9 @@ Rule, per cell (`metadata.slideshow.slide_type`):
 - every other cell stays on the current slide ("-"), written as *no* `slide_type` (nbconvert's and RISE's default):
   jupyterlab-deck 0.2.0 treats an explicit "-" as an unknown type and never shows the cell, so an explicit "-"
   (from JupyterLab's property inspector, say) is removed too;
-- a type an author chose by hand that the rule never writes ("fragment", "skip", "notes") is kept.
+- a cell tagged `remove-cell` (the book leaves it out, e.g. a chapter's last cell, which only glues figures for the
+  Markdown pages) is "skip", whatever type it had: it would otherwise show its code on the last slide;
+- a type an author chose by hand that the rule never writes ("fragment", "notes", and "skip" on other cells) is kept.
 The notebook also gets `metadata.rise` options (scrolling slides, start at the first cell), unless it has its own.
 
 Idempotent: a second run changes nothing. `--check` changes nothing and exits 1 when a notebook would change.
@@ -29,6 +31,8 @@ from typing import Any
 
 HAND_CHOSEN = frozenset({"fragment", "skip", "notes"})
 CONTINUE = "-"  # stays on the current slide; stored as the absence of `slide_type`
+SKIP = "skip"
+LEFT_OUT = "remove-cell"  # the tag with which Jupyter Book leaves a cell out of the page; slides leave it out too
 RISE_DEFAULTS = {"scroll": True, "start_slideshow_at": "beginning", "enable_chalkboard": False}
 _HEADING = re.compile(r"^(#{1,6})\s")
 
@@ -39,9 +43,11 @@ def _source(cell: dict[str, Any]) -> str:
 
 
 def slide_type_for(cell: dict[str, Any]) -> str:
-    """The slide type the rule gives `cell` (a notebook cell as a dict): "slide", "subslide" or "-" (continue)."""
+    """The slide type the rule gives `cell` (a notebook cell as a dict): "slide", "subslide", "skip" or "-"."""
     if not isinstance(cell, dict) or "cell_type" not in cell:
         raise TypeError(f"cell must be a notebook cell dict with a 'cell_type', got {cell!r:.80}")
+    if LEFT_OUT in (cell.get("metadata") or {}).get("tags", []):
+        return SKIP
     if cell["cell_type"] == "markdown":
         first_line = _source(cell).lstrip("\n").split("\n", 1)[0]
         match = _HEADING.match(first_line)
@@ -62,9 +68,9 @@ def with_slide_metadata(notebook: dict[str, Any]) -> dict[str, Any]:
     for cell in result["cells"]:
         metadata = cell.setdefault("metadata", {})
         slideshow = dict(metadata.get("slideshow") or {})
-        if slideshow.get("slide_type") in HAND_CHOSEN:
-            continue
         slide_type = slide_type_for(cell)
+        if slide_type != SKIP and slideshow.get("slide_type") in HAND_CHOSEN:
+            continue
         if slide_type == CONTINUE:
             slideshow.pop("slide_type", None)
         else:
