@@ -482,11 +482,12 @@ README_SOURCES: dict[str, list[str]] = {
     "### Serving under load": ["chapters/data/07c-serving-load.json", "chapters/07c-serving.ipynb"],
     "### Constrained decoding": ["chapters/data/07d-constrained.json"],
     "### Best-of-n and pass@k": ["chapters/data/07e-best-of-n.json"],
+    "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
+                                            "benchmarks/results/decodelab3-sampler-ab.json"],
 }
 # Sections whose tables quote a run that kept no JSON (benchmarks/results/ was not committed then); each is named
 # here with what would source it, so the gap is visible rather than silent.
 README_UNSOURCED: dict[str, str] = {
-    "### The decodelab III redesign, A/B": "an A/B of two checkouts, run by hand; no single JSON holds both sides",
     "### GPU check": "no GPU run yet",
     "### Paged decode attention": "the kernel is timed on CUDA only; no GPU run has been kept",
 }
