@@ -1,13 +1,15 @@
 """The chat prompt without a server: which template is used, how messages render, and every bad input named."""
 import pytest
+from transformers import AutoTokenizer
 
 from decodelab.decoding.detokenize import IncrementalDetokenizer
 from decodelab.decoding.request import with_bad_word_ids
 from decodelab.engine.draw import TokenDrawer
 from decodelab.engine.engine import Engine
+from decodelab.models.load import ASSETS, SHIPPED
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.serve.app import create_app
-from decodelab.serve.chat import TOY_TURNS, load_chat_template, message_text, render_chat
+from decodelab.serve.chat import TOY_TURNS, load_chat_template, message_text, render_chat, resolve_chat_template
 from decodelab.validation import ParamError
 
 
@@ -27,6 +29,23 @@ def test_toy_turns_joins_each_side_and_marks_the_reply_with_bos(tiny):
     assert render_chat(tokenizer, TOY_TURNS, messages[:3], add_generation_prompt=False,
                        continue_final_message=True) == [bos, *ids("今天，小明"), eos, bos, *ids("喜欢")]
     assert message_text([{"type": "text", "text": "小"}, {"type": "text", "text": "明"}], 0) == "小明"
+
+
+# the shipped models as the assets hold them: one folder with a config.json each
+SHIPPED_FOLDERS = sorted(config.parent.name for config in ASSETS.glob("*/config.json"))
+
+
+def test_the_registry_of_shipped_models_names_every_assets_folder():
+    assert sorted(SHIPPED) == SHIPPED_FOLDERS, "decodelab.models.load.SHIPPED and the folders of assets/ differ"
+
+
+@pytest.mark.parametrize("name", SHIPPED_FOLDERS)
+def test_every_shipped_model_is_served_with_toy_turns(name):
+    tokenizer = AutoTokenizer.from_pretrained(ASSETS / name)
+    assert not getattr(tokenizer, "chat_template", None)            # no template of its own: the default applies
+    assert resolve_chat_template(name, tokenizer, None) == TOY_TURNS
+    ids = render_chat(tokenizer, TOY_TURNS, [{"role": "user", "content": "小明"}])
+    assert tokenizer.convert_ids_to_tokens(ids) == ["<s>", "小", "明", "</s>", "<s>"]
 
 
 @pytest.mark.parametrize("template, messages, fragment", [

@@ -18,9 +18,13 @@ import torch
 
 ASSETS = Path(__file__).parent / "assets"
 TINY_ZH = ASSETS / "tiny-zh"
-# The course's own models: tiny-zh knows single sentences (context 256), tiny-zh-doc whole documents (context 512);
-# chapter 05's small twins are trained to fall short of the truth (plain, soft targets, DAgger).
-SHIPPED = ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger")
+# The course's own models, one folder of assets/ each: tiny-zh knows single sentences (context 256), tiny-zh-doc
+# whole documents (context 512); chapter 05's small twins are trained to fall short of the truth (plain, soft
+# targets, DAgger), and its controlled mitigations change one thing each (4x the data, scheduled sampling, DAgger on
+# the full data with and without the 。 labels). tests/serve/test_chat_template.py checks this list against the folders.
+SHIPPED = ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small", "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger",
+           "tiny-zh-doc-small-4xdata", "tiny-zh-doc-small-scheduled", "tiny-zh-doc-small-dagger-fulldata",
+           "tiny-zh-doc-small-dagger-fulldata-noend")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}

@@ -2,10 +2,10 @@
 
 The prompt of `POST /v1/chat/completions` is the tokenizer's chat template applied to the messages
 (`tokenizer.apply_chat_template`, as vLLM does), so a hub model that ships a template is served as vLLM serves it.
-`--chat-template` (a file path or the template itself) overrides the tokenizer's. The shipped models (tiny-zh,
-tiny-zh-doc and the small doc variants) have no template, and their assets stay as they are: for them the server uses
-`TOY_TURNS`, the documented default below. Any other model without a template, and no `--chat-template`, gets a 400
-that says so.
+`--chat-template` (a file path or the template itself) overrides the tokenizer's. The shipped models
+(`decodelab.models.load.SHIPPED`: tiny-zh, tiny-zh-doc and the small doc variants) have no template, and their assets
+stay as they are: for them the server uses `TOY_TURNS`, the documented default below. Any other model without a
+template, and no `--chat-template`, gets a 400 that says so.
 
 The shipped models were never trained on dialogues. They were trained on rows `<s> text </s>` of the toy language
 (one sentence, or one document for tiny-zh-doc), and their vocabulary has no role or turn token. `TOY_TURNS` builds a
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from decodelab.models.load import SHIPPED
 from decodelab.validation import ParamError
 
 # the shipped models' default template: each side's messages joined into one text <s> ... </s>; a change of side ends
@@ -53,9 +54,8 @@ TOY_TURNS = (
     "{% endfor %}"
     "{{ eos_token }}{% if add_generation_prompt %}{{ bos_token }}{% endif %}")
 
-# the models whose tokenizer has no template and that get TOY_TURNS by default (keyed by --model's name)
-DEFAULT_TEMPLATES = {name: TOY_TURNS for name in ("tiny-zh", "tiny-zh-doc", "tiny-zh-doc-small",
-                                                     "tiny-zh-doc-small-soft", "tiny-zh-doc-small-dagger")}
+# every shipped model gets TOY_TURNS by default (keyed by --model's name): their tokenizers have no template
+DEFAULT_TEMPLATES = dict.fromkeys(SHIPPED, TOY_TURNS)
 
 _JINJA_CHARS = "{}\n"
 
