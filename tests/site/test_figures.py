@@ -471,25 +471,27 @@ def test_pasted_text_is_formatted_as_myst_nb_does(stored, spec, shown):
 README = ROOT / "README.md"
 # "### heading" under "## Performance" (its start) -> the JSON files of the run its tables quote.
 README_SOURCES: dict[str, list[str]] = {
-    "### Sampling": ["benchmarks/results/sampling-quick.json"],
+    "### Sampling": ["benchmarks/results/sampling-quick.json", "benchmarks/results/gpu/sampling.json"],
     "### Bookkeeping": ["benchmarks/results/bookkeeping-ab-cpu.json", "benchmarks/results/engine-overhead-ab.json",
                         "benchmarks/results/bookkeeping-ab-wall.json", "benchmarks/results/bookkeeping-ab.json"],
-    "### Serving (": ["benchmarks/results/serving.json"],
-    "### Roofline": ["chapters/data/06-roofline.json", "chapters/06-prefill-decode-kv-cache.ipynb"],
+    "### Serving (": ["benchmarks/results/serving.json", "benchmarks/results/gpu/serving.json"],
+    "### Paged decode attention": ["benchmarks/results/gpu/attention.json"],
+    "### Roofline": ["chapters/data/06-roofline.json", "chapters/06-prefill-decode-kv-cache.ipynb",
+                     "benchmarks/results/gpu/roofline.json"],
     "### Slab reservation vs paged": ["chapters/data/07-slab.json"],
     "### KV sharing": ["chapters/data/07-sharing.json"],
     "### Speculative decoding": ["chapters/data/07b-speculative.json", "chapters/data/07b-speculative-engine.json"],
     "### Serving under load": ["chapters/data/07c-serving-load.json", "chapters/07c-serving.ipynb"],
     "### Constrained decoding": ["chapters/data/07d-constrained.json"],
     "### Best-of-n and pass@k": ["chapters/data/07e-best-of-n.json"],
+    # the step table's seconds come from gpu/summary.json (a JSON list; whole numbers, which are not figures)
+    "### GPU check": ["benchmarks/results/gpu/env.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
 # Sections whose tables quote a run that kept no JSON (benchmarks/results/ was not committed then); each is named
 # here with what would source it, so the gap is visible rather than silent.
 README_UNSOURCED: dict[str, str] = {
-    "### GPU check": "no GPU run yet",
-    "### Paged decode attention": "the kernel is timed on CUDA only; no GPU run has been kept",
 }
 # Ratios a table row shows beside the two figures it divides (the row holds both): {figure: the division}.
 README_DERIVED: dict[str, str] = {}
