@@ -101,12 +101,23 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
              "postprocess": 0.0}
     patched = []
 
+    # On a GPU a forward returns once its kernels are queued, and the wait for them would fall on whatever reads a
+    # result next (the sampler's draw). So on CUDA the forward is bracketed by synchronizations: the GPU is idle when
+    # it starts and done when it returns, and the forward's share is the GPU's time plus the launches, not launches
+    # alone. The two synchronizations per step (tens of microseconds) count as the engine's overhead.
+    on_cuda = next(model.parameters()).device.type == "cuda"
+
     def timed(owner, name: str, label: str) -> None:
         call = getattr(owner, name)
+        synced = on_cuda and label == "forward"
 
         def wrapper(*args, **kwargs):
+            if synced:
+                torch.cuda.synchronize()
             begin = time.perf_counter()
             result = call(*args, **kwargs)
+            if synced:
+                torch.cuda.synchronize()
             spent[label] += time.perf_counter() - begin
             return result
         setattr(owner, name, wrapper)
@@ -310,10 +321,12 @@ def main() -> None:
     wide = wider(model, *wide_shape)
     overhead_wide = best_of(min(repeats, 3), lambda: run_overhead(wide, requests, batch))
     overhead_wide.update(hidden=wide_shape[0], layers=wide_shape[1],
-                         parameters=sum(p.numel() for p in wide.parameters()))
+                         parameters=sum(p.numel() for p in wide.parameters()),
+                         dtype=str(next(wide.parameters()).dtype).removeprefix("torch."))
     prefix = run_prefix(model, 16 if args.quick else 64, 96, args.seed)
     sharing = run_sharing(model, 192, 16 if args.quick else 48, args.seed)
-    results = {"model": model_name, "device": args.device, "quick": args.quick, "threads": args.threads,
+    results = {"model": model_name, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+               "device": args.device, "quick": args.quick, "threads": args.threads,
                "repeats": repeats,
                "torch": torch.__version__,
                "requests": len(requests), "batch": batch, "engine": engine, "engine_triton": kernel,

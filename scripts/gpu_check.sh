@@ -56,10 +56,11 @@ if ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/de
 fi
 
 "$PY" - "$OUT/env.json" <<'EOF'
-import json, platform, subprocess, sys
+import datetime, json, platform, subprocess, sys
 import torch
 info = {"gpu": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+        "date": datetime.date.today().isoformat()}
 for name in ("transformers", "triton"):
     try:
         info[name] = __import__(name).__version__
