@@ -180,14 +180,10 @@ def test_script_on_copies_of_the_course_notebooks(tmp_path):
     assert fresh.read_bytes() == stamp, "--check modified the notebook"
 
 
-# Chapters other sessions are editing in this round, whose glue cell (remove-cell) still lacks "skip": the lead runs
-# `python scripts/add_slide_metadata.py chapters/*.ipynb` when they are done and empties this set
+# Chapters whose glue cell (remove-cell) still lacks "skip" while other work edits them: run
+# `python scripts/add_slide_metadata.py chapters/*.ipynb` when it is done and empty this set again
 # (test_pending_chapters_still_need_the_script fails as soon as one no longer needs it).
-PENDING: set[str] = {
-    "02-temperature.ipynb", "03-strategies.ipynb", "04-autoregressive.ipynb", "05-exposure-bias.ipynb",
-    "06-prefill-decode-kv-cache.ipynb", "07-paged-attention.ipynb", "07b-speculative-decoding.ipynb",
-    "07c-serving.ipynb", "07d-constrained-decoding.ipynb", "07e-best-of-n.ipynb",
-}
+PENDING: set[str] = set()
 
 
 def test_committed_chapters_carry_slide_metadata():
