@@ -1,6 +1,10 @@
 """Paged decode attention: the torch reference (gather the blocks, then SDPA) against the Triton kernel that reads
 the blocks in place, on Llama-3-8B's attention shape (32 query heads, 8 KV heads, head_dim 128, block size 16).
 
+The kernel is timed as the engine calls it (`paged_decode_attention(..., check_lengths=False)`): with the split count
+it chooses (`splits`, split-K over the context when batch x kv_heads leaves the GPU's SMs idle) and forced to the
+single pass (`num_splits=1`) for comparison.
+
     python benchmarks/attention.py --device cuda [--quick] [--out PATH]
 
 On CPU only the reference is timed (the kernel needs a GPU; under Triton's interpreter it is a correctness tool,
@@ -17,7 +21,7 @@ import torch
 
 from decodelab.runner.attention import paged_attention
 from decodelab.measure.timing import synced_seconds
-from decodelab.runner.triton_attention import paged_decode_attention, unavailable_reason
+from decodelab.runner.triton_attention import choose_num_splits, paged_decode_attention, unavailable_reason
 
 RESULTS = Path(__file__).parent / "results" / "attention.json"
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
@@ -57,21 +61,28 @@ def main() -> None:
         raise SystemExit("--device cuda asked for, but torch.cuda.is_available() is False")
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     kernel_reason = unavailable_reason(args.device) if args.device == "cuda" else "timed on CUDA only"
-    shapes = [(4, 256)] if args.quick else [(8, 512), (8, 2048), (32, 512), (32, 2048), (64, 4096)]
+    shapes = [(4, 256)] if args.quick else [(8, 512), (8, 2048), (32, 512), (32, 2048), (64, 4096), (1, 8192)]
     rows = []
-    print("| batch | context | reference ms | triton ms | triton vs reference | max abs diff |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| batch | context | reference ms | triton ms | splits | single-pass ms | triton vs reference | "
+          "max abs diff |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch, context in shapes:
         case = make_case(batch, context, args.device, dtype)
         row = {"batch": batch, "context": context, "reference_ms": time_ms(lambda: reference(*case), args.device,
                                                                              args.repeats)}
         if kernel_reason is None:
-            row["triton_ms"] = time_ms(lambda: paged_decode_attention(*case), args.device, args.repeats)
+            sms = torch.cuda.get_device_properties(args.device).multi_processor_count
+            row["num_splits"] = choose_num_splits(batch, KV_HEADS, case[3].shape[1] * BLOCK_SIZE, sms)
+            row["triton_ms"] = time_ms(lambda: paged_decode_attention(*case, check_lengths=False), args.device,
+                                       args.repeats)
+            row["single_pass_ms"] = time_ms(lambda: paged_decode_attention(*case, check_lengths=False, num_splits=1),
+                                            args.device, args.repeats)
             row["speedup"] = row["reference_ms"] / row["triton_ms"]
             row["max_abs_diff"] = float((paged_decode_attention(*case).float() - reference(*case).float()).abs().max())
         rows.append(row)
-        cells = (f"{row['triton_ms']:.3f} | {row['speedup']:.1f}x | {row['max_abs_diff']:.1e}" if "triton_ms" in row
-                 else f"- | - | ({kernel_reason})")
+        cells = (f"{row['triton_ms']:.3f} | {row['num_splits']} | {row['single_pass_ms']:.3f} | "
+                 f"{row['speedup']:.1f}x | {row['max_abs_diff']:.1e}" if "triton_ms" in row
+                 else f"- | - | - | - | ({kernel_reason})")
         print(f"| {batch} | {context} | {row['reference_ms']:.3f} | {cells} |", flush=True)
     out = args.out or RESULTS
     out.parent.mkdir(parents=True, exist_ok=True)
