@@ -5,6 +5,8 @@ imports `decodelab` and reads `chapters/data/*.json`). After an HTML build this 
 `_build/html/decodelab-course.zip`, one folder `decodelab-course/` holding
 
 - `chapters/`: every chapter notebook and page, and `chapters/data/` (the stored benchmark runs the chapters read);
+- `benchmarks/results/gpu/*.json`: the stored GPU run (`scripts/gpu_check.sh` on a lent H200) that chapters 06 and 07
+  read from `../benchmarks/results/gpu/`;
 - `exercises/`: the starter notebooks and `exercises/solutions/`;
 - `decodelab-<version>-py3-none-any.whl`: the library, built from `lib/` with its package data (the shipped models
   under `decodelab/models/assets/`, the widgets' JavaScript and CSS);
@@ -38,11 +40,13 @@ NOT_FOR_READERS = frozenset({
     "pytest", "hypothesis", "pytest-xdist", "nbval", "pyyaml", "beautifulsoup4", "playwright", "triton", "schemathesis",
 })
 SKIPPED_PARTS = frozenset({"__pycache__", ".ipynb_checkpoints"})
+GPU_RUN = Path("benchmarks/results/gpu")  # read by chapters 06 and 07 as ../benchmarks/results/gpu/; JSON only, no logs
 
 README = """# 从概率到文本：语言模型的解码（课程包）
 
 这是课程的全部可运行内容：`chapters/` 里是各章的 notebook 和它们读取的数据（`chapters/data/`），
-`exercises/` 里是练习（答案在 `exercises/solutions/`），`{wheel}` 是课程的库 `decodelab`（含课程用的小模型）。
+`exercises/` 里是练习（答案在 `exercises/solutions/`），`{wheel}` 是课程的库 `decodelab`（含课程用的小模型），
+`benchmarks/results/gpu/` 是第 6、7 章读取的一次 GPU 运行的存档。
 torch 等依赖由 pip 从软件包仓库下载（`requirements.txt` 列出了验证过的版本）；装好之后，每一章和每个练习都能离线运行。
 
 在解压出来的这个文件夹里运行两条命令（需要 Python 3.11 或更新的版本）：
@@ -98,8 +102,8 @@ def build_wheel(root: Path, out_dir: Path) -> Path:
 
 
 def _course_files(root: Path) -> list[Path]:
-    """The chapters (notebooks, pages, data) and the exercises, relative to `root`, sorted."""
-    files = []
+    """The chapters (notebooks, pages, data), the exercises and the stored GPU run's JSON, relative to `root`, sorted."""
+    files = [path.relative_to(root) for path in (root / GPU_RUN).glob("*.json")]
     for folder in ("chapters", "exercises"):
         for path in (root / folder).rglob("*"):
             relative = path.relative_to(root)
