@@ -484,8 +484,7 @@ README_SOURCES: dict[str, list[str]] = {
     "### Serving under load": ["chapters/data/07c-serving-load.json", "chapters/07c-serving.ipynb"],
     "### Constrained decoding": ["chapters/data/07d-constrained.json"],
     "### Best-of-n and pass@k": ["chapters/data/07e-best-of-n.json"],
-    # the step table's seconds come from gpu/summary.json (a JSON list; whole numbers, which are not figures)
-    "### GPU check": ["benchmarks/results/gpu/env.json"],
+    "### GPU check": ["benchmarks/results/gpu/env.json", "benchmarks/results/gpu/summary.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
@@ -523,8 +522,9 @@ def json_sources(paths: list[str]) -> Sources:
                                              else text)
             continue
         data = json.loads((ROOT / path).read_text(encoding="utf-8"))
-        for provenance in ("command", "library_commit"):
-            data.pop(provenance, None)
+        if isinstance(data, dict):  # a list (gpu/summary.json: one object per step) is read item by item
+            for provenance in ("command", "library_commit"):
+                data.pop(provenance, None)
         sources.add_data(data)
     sources.freeze()
     return sources
@@ -554,6 +554,13 @@ def readme_problems(text: str, sources_of=README_SOURCES, unsourced=README_UNSOU
 def test_readme_performance_tables_match_their_json():
     problems = readme_problems(README.read_text(encoding="utf-8"))
     assert not problems, "README performance figures without a source:\n" + "\n".join(problems)
+
+
+def test_a_list_shaped_json_is_read():
+    """gpu/summary.json is a list of steps: its numbers are sources as a dict's are."""
+    steps = json.loads((ROOT / "benchmarks/results/gpu/summary.json").read_text(encoding="utf-8"))
+    sources = json_sources(["benchmarks/results/gpu/summary.json"])
+    assert isinstance(steps, list) and all(sources.holds(f"{step['seconds']}.0") for step in steps)
 
 
 def test_a_stale_readme_figure_is_reported():
