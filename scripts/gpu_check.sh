@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared run of every GPU check, for a lent GPU machine: under 8 minutes in all.
+# One prepared run of every GPU check, for a lent GPU machine: under 10 minutes in all.
 #
 #   scripts/gpu_check.sh OUTDIR            # from the repository root or anywhere
 #   PYTHON=/path/to/python scripts/gpu_check.sh OUTDIR
@@ -12,6 +12,7 @@
 #   attention.json         benchmarks/attention.py --device cuda (Triton kernel against the torch reference)
 #   serving.json           benchmarks/serving.py --device cuda
 #   roofline.json          benchmarks/roofline.py --device cuda (bandwidth, matmul peak, decode/prefill points)
+#   profile_step.json      benchmarks/profile_step.py --device cuda (GPU kernel time against the wall, per decode step)
 #   summary.json           exit status and seconds of every step
 # Each step's stdout/stderr go to OUTDIR/<step>.log. A failed step does not stop the others; the script exits 1 if
 # any step failed, 2 (at once, before anything runs) if torch sees no CUDA GPU.
@@ -92,7 +93,7 @@ step() {  # step NAME SECONDS COMMAND...: run under `timeout`, log to OUT/NAME.l
     SUMMARY+=("{\"step\": \"$name\", \"rc\": $rc, \"seconds\": $took}")
 }
 
-# limits add up to 465 s, under the 8 minutes a lent machine gives one run
+# limits add up to 555 s, under the 10 minutes one command may run on a lent machine
 mapfile -t CUDA_TESTS < <(cuda_test_files)
 if [ ${#CUDA_TESTS[@]} -eq 0 ]; then  # pytest without paths would collect all of testpaths
     echo "gpu_check: no test file under tests/ holds a cuda mark" >&2
@@ -103,6 +104,7 @@ step sampling 75 "$PY" benchmarks/sampling.py --device cuda --repeats 3 --out "$
 step attention 60 "$PY" benchmarks/attention.py --device cuda --repeats 20 --out "$OUT/attention.json"
 step serving 120 "$PY" benchmarks/serving.py --device cuda --repeats 2 --out "$OUT/serving.json"
 step roofline 90 "$PY" benchmarks/roofline.py --device cuda --out "$OUT/roofline.json"
+step profile 90 "$PY" benchmarks/profile_step.py --device cuda --out "$OUT/profile_step.json"
 
 {
     echo "["

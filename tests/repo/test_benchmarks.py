@@ -204,3 +204,21 @@ def test_load_summary_over_seeds_gives_median_and_quartiles():
         load.over_seeds([])
     with pytest.raises(ValueError, match=r"runs\[0\] lacks \['seed'\]"):
         load.over_seeds([{k: v for k, v in runs[0].items() if k != "seed"}])
+
+
+def test_profile_step_smoke(tmp_path):
+    """On a CPU the profiler sees host time only: every row has a wall time, no GPU time, and the wider model."""
+    out = tmp_path / "profile_step.json"
+    run_benchmark("profile_step.py", out, "--steps", "1")
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu" and result["gpu"] is None
+    assert [row["model"] for row in result["rows"]] == ["tiny-zh", "random Llama 256 x 4"]
+    for row in result["rows"]:
+        assert row["wall_ms_per_step"] > 0 and row["gpu_kernel_ms_per_step"] == 0 and row["kernels_per_step"] == 0
+        assert row["top_host_ops"], "the profiler saw no host operator"
+
+
+def test_profile_step_refuses_a_bad_step_count(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "profile_step.py"), "--steps", "0",
+                           "--out", str(tmp_path / "p.json")], capture_output=True, text=True)
+    assert done.returncode == 2 and "--steps must be at least 1, got 0" in done.stderr
