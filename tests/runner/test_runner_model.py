@@ -76,12 +76,22 @@ def test_a_step_batch_lays_out_prefill_and_decode_rows():
     expected = {"input_ids": [11, 12, 13, 14], "positions": [0, 1, 2, 5], "slot_mapping": [40, 41, 42, 23],
                 "query_index": [[0, 1, 2], [3, 0, 0]], "query_valid": [[True] * 3, [True, False, False]],
                 "query_positions": [[0, 1, 2], [5, 0, 0]], "block_tables": [[10, 0], [4, 5]],
-                "context_lens": [3, 6], "last_index": [2, 3]}
+                "context_lens": [3, 6], "last_index": [2, 3], "valid_rows": [0, 1, 2, 3]}
     for name, values in expected.items():
         tensor = getattr(batch, name)
         assert tensor.tolist() == values, name
         assert tensor.dtype == (torch.bool if name == "query_valid" else torch.long), name
     assert batch.query_index.is_contiguous() and batch.block_tables.is_contiguous()
+
+
+def test_valid_rows_are_the_true_rows_of_query_valid_in_token_order():
+    """The long index the forward uses instead of the boolean mask (no count to report to the host) picks the same
+    rows in the same order, with padding between sequences."""
+    batch = StepBatch.build([([1], 7, [3], [0, 1]), ([2, 3, 4], 0, [8, 9, 10], [2]), ([5, 6], 4, [20, 21], [5, 6])])
+    assert batch.valid_rows.tolist() == [0, 3, 4, 5, 6, 7]
+    assert batch.valid_rows.tolist() == batch.query_valid.flatten().nonzero().squeeze(1).tolist()
+    padded = torch.arange(batch.query_valid.numel()).view(batch.query_valid.shape)
+    assert padded.flatten()[batch.valid_rows].tolist() == padded[batch.query_valid].tolist()
 
 
 def test_llama3_rope_scaling():

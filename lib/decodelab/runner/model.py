@@ -35,6 +35,9 @@ class StepBatch:
     block_tables: torch.Tensor     # [B, max_blocks] long, padded with 0
     context_lens: torch.Tensor     # [B] long
     last_index: torch.Tensor       # [B] long, flat index of each sequence's last token (its logits are sampled)
+    valid_rows: torch.Tensor       # [T] long, row of each token in the padded [B * Q] layout (query_valid's True
+                                   # rows, in token order): a long index, where the boolean mask would make the
+                                   # GPU report its count to the host (a synchronisation) in every layer
 
     @staticmethod
     def build(sequences: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
@@ -49,7 +52,7 @@ class StepBatch:
         num_queries = max(len(tokens) for tokens, *_ in sequences)
         max_blocks = max(len(blocks) for *_, blocks in sequences)
         input_ids, positions, slots, context_lens, last, lengths = [], [], [], [], [], []
-        query_index, query_positions, tables = [], [], []
+        query_index, query_positions, tables, valid_rows = [], [], [], []
         padding = [0] * max(num_queries, max_blocks)
         for tokens, start, token_slots, blocks in sequences:
             count = len(tokens)
@@ -61,6 +64,7 @@ class StepBatch:
             positions += range(start, end)
             slots += token_slots
             query_index += range(first, first + count)
+            valid_rows += range(len(context_lens) * num_queries, len(context_lens) * num_queries + count)
             query_positions += range(start, end)
             if count < num_queries:
                 query_index += padding[:num_queries - count]
@@ -72,14 +76,14 @@ class StepBatch:
             lengths.append(count)
         num_tokens = len(input_ids)
         flat = torch.from_numpy(np.array(input_ids + positions + slots + query_index + query_positions + tables
-                                         + context_lens + last + lengths, dtype=np.int64)).to(device)
+                                         + context_lens + last + lengths + valid_rows, dtype=np.int64)).to(device)
         (input_ids, positions, slots, query_index, query_positions, tables, context_lens, last,
-         lengths) = flat.split([num_tokens] * 3 + [num_seqs * num_queries] * 2 + [num_seqs * max_blocks]
-                               + [num_seqs] * 3)
+         lengths, valid_rows) = flat.split([num_tokens] * 3 + [num_seqs * num_queries] * 2 + [num_seqs * max_blocks]
+                                           + [num_seqs] * 3 + [num_tokens])
         query_valid = torch.arange(num_queries, device=device) < lengths[:, None]           # [B, Q]
         return StepBatch(input_ids, positions, slots, query_index.view(num_seqs, num_queries), query_valid,
                          query_positions.view(num_seqs, num_queries), tables.view(num_seqs, max_blocks),
-                         context_lens, last)
+                         context_lens, last, valid_rows)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -253,7 +257,7 @@ class PagedLlama:
             else:
                 out = paged_attention(q[batch.query_index], key_cache, value_cache, batch.block_tables,
                                       batch.context_lens, batch.query_positions, visible=visible)  # [B, Q, H, D]
-                out = out[batch.query_valid]                                       # [T, H, D]
+                out = out.flatten(0, 1)[batch.valid_rows]                          # [T, H, D]
             out = out.reshape(num_tokens, q_size)                                  # [T, H * D]
             hidden = hidden + F.linear(out, *layer.out)
             x = _rms_norm(hidden, layer.post_norm, self.eps)
