@@ -22,9 +22,6 @@ from doc_links import (  # noqa: E402
 
 NOTEBOOKS = sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("exercises/*.ipynb"),
                     *ROOT.glob("exercises/solutions/*.ipynb")])
-# Being edited by other sessions in this round: the lead runs `python scripts/doc_links.py` on them at the end and
-# empties this set (test_pending_notebooks_still_need_the_script fails as soon as one no longer needs it).
-PENDING: set[str] = set()
 LOCAL_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+\.(?:ipynb|md))(#[^)]*)?\)")
 
 
@@ -134,7 +131,7 @@ def test_page_title_refuses_other_files(tmp_path):
         page_title(tmp_path / "empty.md")
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.relative_to(ROOT).as_posix() not in PENDING],
+@pytest.mark.parametrize("path", NOTEBOOKS,
                          ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_notebook_links_name_their_pages(path, pages, figures):
     titles = {page.path.resolve(): page.title for page in pages.values()}
@@ -156,9 +153,3 @@ def test_notebook_links_name_their_pages(path, pages, figures):
                 problems.append(f"{link.group()} does not name its page's title {titles[target]!r}")
     assert not problems, f"{path.relative_to(ROOT)} (fix: python scripts/doc_links.py {path.relative_to(ROOT)}):\n" \
         + "\n".join(problems)
-
-
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_pending_notebooks_still_need_the_script(name):
-    assert any(DOC_ROLE.search(text) for text in _markdown_texts(ROOT / name)), \
-        f"{name} has no {{doc}} role left: remove it from PENDING"

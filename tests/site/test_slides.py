@@ -180,24 +180,10 @@ def test_script_on_copies_of_the_course_notebooks(tmp_path):
     assert fresh.read_bytes() == stamp, "--check modified the notebook"
 
 
-# Chapters whose glue cell (remove-cell) still lacks "skip" while other work edits them: run
-# `python scripts/add_slide_metadata.py chapters/*.ipynb` when it is done and empty this set again
-# (test_pending_chapters_still_need_the_script fails as soon as one no longer needs it).
-PENDING: set[str] = set()
-
-
 def test_committed_chapters_carry_slide_metadata():
     """Every chapter can be presented as slides as committed: the script has nothing left to add."""
-    chapters = sorted(str(path) for path in (ROOT / "chapters").glob("*.ipynb") if path.name not in PENDING)
+    chapters = sorted(str(path) for path in (ROOT / "chapters").glob("*.ipynb"))
     assert chapters, "no chapter notebooks found"
     result = subprocess.run([sys.executable, str(SCRIPT), "--check", *chapters], capture_output=True, text=True)
     assert result.returncode == 0, ("chapters lack slide metadata; run "
                                     f"`python scripts/add_slide_metadata.py chapters/*.ipynb`:\n{result.stdout}{result.stderr}")
-
-
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_pending_chapters_still_need_the_script(name):
-    path = ROOT / "chapters" / name
-    assert path.is_file(), f"{name} is in PENDING but not in chapters/"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--check", str(path)], capture_output=True, text=True)
-    assert result.returncode == 1, f"{name} carries its slide metadata now: remove it from PENDING"
