@@ -61,6 +61,9 @@ def test_archive_holds_the_whole_course(unpacked):
         found = {path.relative_to(unpacked).as_posix() for path in (unpacked / folder).rglob("*") if path.is_file()}
         assert found == expected, (sorted(expected - found)[:5], sorted(found - expected)[:5])
     assert (unpacked / "chapters" / "data").is_dir()
+    # the stored GPU run chapters 06 and 07 read as ../benchmarks/results/gpu/ (its JSON; logs stay in the repository)
+    gpu = {path.name for path in (ROOT / "benchmarks/results/gpu").glob("*.json")}
+    assert gpu and gpu == {path.name for path in (unpacked / "benchmarks/results/gpu").glob("*.json")}
     wheels = list(unpacked.glob("decodelab-*-py3-none-any.whl"))
     assert len(wheels) == 1
     with zipfile.ZipFile(wheels[0]) as wheel:
