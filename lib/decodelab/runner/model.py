@@ -64,7 +64,8 @@ class StepBatch:
             positions += range(start, end)
             slots += token_slots
             query_index += range(first, first + count)
-            valid_rows += range(len(context_lens) * num_queries, len(context_lens) * num_queries + count)
+            row = len(context_lens) * num_queries                                  # this sequence's first padded row
+            valid_rows += range(row, row + count)
             query_positions += range(start, end)
             if count < num_queries:
                 query_index += padding[:num_queries - count]

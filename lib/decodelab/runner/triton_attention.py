@@ -28,6 +28,7 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -165,8 +166,10 @@ if triton is not None:
         tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dim_ok)
 
 
+@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
-    """The SMs to fill: the GPU's count; 1 on CPU (the interpreter runs programs one after another anyway)."""
+    """The SMs to fill: the GPU's count; 1 on CPU (the interpreter runs programs one after another anyway). Cached:
+    the engine asks in every layer of every decode step, and a device's count never changes."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
