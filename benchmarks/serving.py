@@ -87,16 +87,17 @@ def run_engine(model, requests, batch: int, block_size: int = 16, attention: str
             "preemptions": engine.stats.preemptions}
 
 
-def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
+def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "torch") -> dict:
     """The engine's own cost: wall time of a whole run against the time inside the model's forward, on the same
     requests with temperature-1 sampling, seeded (each request its own generator, as a server runs a request that
     sets `seed`) or not (one noise tensor for the batch, as nano-vllm always draws). Also where the rest goes:
     scheduling, building the step's batch, sampling (with the Exponential(1) noise of its draw on its own),
     postprocessing (`Scheduler.update_from_output`), and the engine's cost per step in microseconds. nano-vllm
-    reaches about 1.1x on a GPU."""
+    reaches about 1.1x on a GPU. `rng="counter"` gives every request a counter-based stream (one hashed uniform
+    per row, inverse CDF; `decodelab.sampling.counter_rng`), and "sample: noise" is then that draw."""
     from decodelab.sampling import sampler as sampling
 
-    engine = Engine(model, block_size=16, max_num_seqs=batch)
+    engine = Engine(model, block_size=16, max_num_seqs=batch, rng=rng)
     spent = {"forward": 0.0, "schedule": 0.0, "execute (batch + forward)": 0.0, "sample": 0.0, "sample: noise": 0.0,
              "postprocess": 0.0}
     patched = []
@@ -128,7 +129,9 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
     timed(engine.scheduler, "schedule", "schedule")
     timed(engine.scheduler, "update_from_output", "postprocess")
     timed(engine.drawer, "sample", "sample")
-    timed(sampling, "_exponential_noise", "sample: noise")   # a module function: put back below
+    timed(sampling, "_exponential_noise", "sample: noise")   # module functions: put back below
+    timed(sampling, "batch_uniforms", "sample: noise")        # the counter-based draw: the uniforms ...
+    timed(sampling, "inverse_cdf", "sample: noise")           # ... and where they fall
     try:
         for i, (prompt, out) in enumerate(requests):
             engine.add_request(prompt, SamplingParams(temperature=1.0, seed=i if seeded else None, max_tokens=out,
@@ -142,7 +145,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True) -> dict:
             setattr(owner, name, call)
     share = {label: value / seconds for label, value in spent.items()}
     steps = engine.stats.steps
-    return {"seconds": seconds, "steps": steps, "seeded": seeded, "wall_over_forward": seconds / spent["forward"],
+    return {"seconds": seconds, "steps": steps, "seeded": seeded, "rng": rng, "wall_over_forward": seconds / spent["forward"],
             "shares": share, "overhead_us_per_step": 1e6 * (seconds - spent["forward"]) / steps,
             "forward_us_per_step": 1e6 * spent["forward"] / steps,
             "wall_over_forward_without_noise": (seconds - spent["sample: noise"]) / spent["forward"]}
@@ -316,13 +319,16 @@ def main() -> None:
     cont = best_of(repeats, lambda: run_generate_batch(model, requests, batch))
     overhead = best_of(repeats, lambda: run_overhead(model, requests, batch))
     overhead_unseeded = best_of(repeats, lambda: run_overhead(model, requests, batch, seeded=False))
+    counter = best_of(repeats, lambda: run_overhead(model, requests, batch, rng="counter"))
+    counter_unseeded = best_of(repeats, lambda: run_overhead(model, requests, batch, seeded=False, rng="counter"))
     # hidden, layers: on a GPU about Qwen3-0.6B's size (0.8B parameters here), where nano-vllm reports its 1.1x
     wide_shape = (256, 4) if args.quick else (2048, 16) if args.device == "cuda" else (512, 8)
     wide = wider(model, *wide_shape)
     overhead_wide = best_of(min(repeats, 3), lambda: run_overhead(wide, requests, batch))
-    overhead_wide.update(hidden=wide_shape[0], layers=wide_shape[1],
-                         parameters=sum(p.numel() for p in wide.parameters()),
-                         dtype=str(next(wide.parameters()).dtype).removeprefix("torch."))
+    counter_wide = best_of(min(repeats, 3), lambda: run_overhead(wide, requests, batch, rng="counter"))
+    for o in (overhead_wide, counter_wide):
+        o.update(hidden=wide_shape[0], layers=wide_shape[1], parameters=sum(p.numel() for p in wide.parameters()),
+                 dtype=str(next(wide.parameters()).dtype).removeprefix("torch."))
     prefix = run_prefix(model, 16 if args.quick else 64, 96, args.seed)
     sharing = run_sharing(model, 192, 16 if args.quick else 48, args.seed)
     results = {"model": model_name, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
@@ -334,6 +340,8 @@ def main() -> None:
                "static_generate": static,
                "generate_batch": cont, "engine_overhead": overhead,
                "engine_overhead_unseeded": overhead_unseeded, "engine_overhead_wider_model": overhead_wide,
+               "engine_overhead_counter": counter, "engine_overhead_counter_unseeded": counter_unseeded,
+               "engine_overhead_counter_wider_model": counter_wide,
                "prefix_caching": prefix, "n4_sharing": sharing,
                "speedup_vs_static": engine["tokens_per_s"] / static["tokens_per_s"]}
     rows = [
@@ -364,7 +372,9 @@ def main() -> None:
              f"forward; {o['wall_over_forward_without_noise']:.2f}x without the noise)")
           for label, o in (("seeded", overhead), ("unseeded", overhead_unseeded),
                            (f"seeded, random Llama hidden {wide_shape[0]} x {wide_shape[1]} layers "
-                            f"({overhead_wide['parameters'] / 1e6:.0f}M parameters)", overhead_wide))],
+                            f"({overhead_wide['parameters'] / 1e6:.0f}M parameters)", overhead_wide),
+                           ("seeded, rng='counter'", counter), ("unseeded, rng='counter'", counter_unseeded),
+                           (f"seeded, rng='counter', the random Llama", counter_wide))],
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
                                            f"same outputs: {prefix['same_outputs']}"),

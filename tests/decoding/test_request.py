@@ -37,12 +37,13 @@ def test_prompt_errors_name_the_field():
     assert error.value.param == "prompt"
 
 
-def test_stop_strings_end_generate_and_engine_alike(tiny):
+@pytest.mark.parametrize("rng", ["torch", "counter"])
+def test_stop_strings_end_generate_and_engine_alike(tiny, rng):
     model, tokenizer = tiny
     prompts = ["小明", "老师说", "小红在北京"]
     params = SamplingParams(temperature=0.8, seed=4, max_tokens=40, stop=("。", "喜欢"))
-    from_generate = generate(model, tokenizer, prompts, params)
-    from_engine = Engine(model, tokenizer).generate(prompts, params)
+    from_generate = generate(model, tokenizer, prompts, params, rng=rng)
+    from_engine = Engine(model, tokenizer, rng=rng).generate(prompts, params)
     assert [(c.token_ids, c.text, c.finish_reason) for c in from_generate] == \
            [(c.token_ids, c.text, c.finish_reason) for c in from_engine]
     assert all(isinstance(c, Completion) for c in from_generate)

@@ -68,22 +68,30 @@ def test_prefix_caching_gives_the_same_outputs(random_llama):
     assert results[True] == results[False]
 
 
-def test_seeded_sampling_does_not_depend_on_the_batch(random_llama, prompts):
+@pytest.mark.parametrize("rng", ["torch", "counter"])
+def test_seeded_sampling_does_not_depend_on_the_batch(random_llama, prompts, rng):
     params = SamplingParams(temperature=1.0, top_p=0.9, seed=11, max_tokens=12, ignore_eos=True)
-    alone = Engine(random_llama, block_size=4).generate([prompts[5]], params)[0].token_ids
+    alone = Engine(random_llama, block_size=4, rng=rng).generate([prompts[5]], params)[0].token_ids
     others = [SamplingParams(temperature=0.7, max_tokens=m) for m in (3, 9, 14)] + [GREEDY]
-    crowded = Engine(random_llama, block_size=4, max_num_seqs=3)
+    crowded = Engine(random_llama, block_size=4, max_num_seqs=3, rng=rng)
     # the seeded request arrives after others, shares decode steps with greedy and random rows
     outputs = crowded.generate(prompts[:4] + [prompts[5]], others + [params])
     assert outputs[-1].token_ids == alone
-    small_pool = Engine(random_llama, block_size=4, num_blocks=14)
+    small_pool = Engine(random_llama, block_size=4, num_blocks=14, rng=rng)
     assert small_pool.generate(prompts[:4] + [prompts[5]], others + [params])[-1].token_ids == alone
+    # preempted and recomputed: the stream goes on where it stopped (16 blocks hold 47 + 15 tokens, see above)
+    tight = Engine(random_llama, block_size=4, num_blocks=16, max_num_seqs=8, rng=rng)
+    seeded = [SamplingParams(temperature=1.0, seed=s, max_tokens=15, ignore_eos=True) for s in range(len(prompts))]
+    assert [o.token_ids for o in tight.generate(prompts, seeded)] == \
+           [Engine(random_llama, block_size=4, rng=rng).generate([p], s)[0].token_ids for p, s in zip(prompts, seeded)]
+    assert tight.stats.preemptions > 0
 
 
-def test_n_samples_share_prompt_blocks(random_llama, prompts):
+@pytest.mark.parametrize("rng", ["torch", "counter"])
+def test_n_samples_share_prompt_blocks(random_llama, prompts, rng):
     prompt = prompts[9]                                    # 30 tokens: 7 full blocks of 4 + 2 tokens
     params = SamplingParams(temperature=1.0, seed=5, n=3, max_tokens=6, ignore_eos=True)
-    engine = Engine(random_llama, block_size=4)
+    engine = Engine(random_llama, block_size=4, rng=rng)
     engine.add_request(prompt, params)
     first = engine.step()
     assert first.kind == "prefill" and len(first.new_tokens) == 3
@@ -100,7 +108,7 @@ def test_n_samples_share_prompt_blocks(random_llama, prompts):
     # sample i of a seeded request is the single request seeded with sample_seed(seed, i); the samples differ
     for i, sample in enumerate(done.samples):
         single = SamplingParams(temperature=1.0, seed=sample_seed(5, i), max_tokens=6, ignore_eos=True)
-        assert Engine(random_llama, block_size=4).generate([prompt], single)[0].token_ids == sample.token_ids
+        assert Engine(random_llama, block_size=4, rng=rng).generate([prompt], single)[0].token_ids == sample.token_ids
     assert len({tuple(s.token_ids) for s in done.samples}) == 3
     check_all_free(engine)
 
@@ -253,6 +261,7 @@ def test_abort_frees_blocks_and_ctrl_c_leaves_the_engine_clean(random_llama, mon
     ({"num_blocks": 0}, ValueError, "num_blocks must be an int >= 1, got 0"),
     ({"block_size": 10**6}, ValueError, "block_size must be at most the model's context"),
     ({"max_num_seqs": True}, ValueError, "max_num_seqs must be an int >= 1, got True"),
+    ({"rng": "philox"}, ValueError, r"rng must be one of \('torch', 'counter'\), got 'philox'"),
 ])
 def test_every_engine_argument_is_checked(random_llama, kwargs, error, message):
     with pytest.raises(error, match=message):

@@ -109,9 +109,10 @@ def test_greedy_with_preemption_and_shared_prefixes(models, greedy_requests, dra
     assert engine.stats.preemptions > 0 and engine.stats.prefix_cache_hit_tokens > 0
 
 
-def test_sampled_requests_keep_the_pool_exact_with_n_and_preemption(models):
+@pytest.mark.parametrize("rng", ["torch", "counter"])
+def test_sampled_requests_keep_the_pool_exact_with_n_and_preemption(models, rng):
     engine = Engine(models["target"], models["tokenizer"], block_size=4, num_blocks=48, max_num_seqs=8,
-                    speculative=SpeculativeConfig(models["small"], 5))
+                    speculative=SpeculativeConfig(models["small"], 5), rng=rng)
     prompts = [doc[:20] for doc in DocumentLanguage().sample(4, seed=2)]
     params = [SamplingParams(seed=i, max_tokens=30, n=2, top_p=0.95) for i in range(4)]
     outputs = run_checked(engine, prompts, params)
@@ -120,22 +121,23 @@ def test_sampled_requests_keep_the_pool_exact_with_n_and_preemption(models):
     assert stats.accepted < stats.judged <= stats.drafted                 # some drafts rejected and rolled back
 
 
-def sampled_counts(models, draft, prompt, params, length, runs):
+def sampled_counts(models, draft, prompt, params, length, runs, rng="torch"):
     """How often each `length`-token start comes out of `runs` seeded requests of `prompt` in one Engine batch, and
     the engine's speculative stats."""
     engine = Engine(models["target"], models["tokenizer"], max_num_seqs=64,
-                    speculative=SpeculativeConfig(draft, 3))
+                    speculative=SpeculativeConfig(draft, 3), rng=rng)
     batch = [SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed,
                             max_tokens=length + 4, ignore_eos=True) for seed in range(runs)]
     outputs = engine.generate([prompt] * runs, batch)
     return Counter(tuple(o.token_ids[:length]) for o in outputs), engine.stats.speculative
 
 
+@pytest.mark.parametrize("rng", ["torch", "counter"])
 @pytest.mark.parametrize("draft_name", ["small", "ngram"])
-def test_sampled_tokens_follow_the_target(models, draft_name):
+def test_sampled_tokens_follow_the_target(models, draft_name, rng):
     params = SamplingParams()
     expected = target_sequence_probs(models, REPEATED, params, 2)
-    counts, stats = sampled_counts(models, draft_of(models, draft_name), REPEATED, params, 2, 800)
+    counts, stats = sampled_counts(models, draft_of(models, draft_name), REPEATED, params, 2, 800, rng)
     assert stats.judged > 400                                              # drafts were really judged
     assert chi_square_p_value(counts, expected, 800) > 1e-3, counts.most_common(5)
 

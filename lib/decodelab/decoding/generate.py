@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from decodelab.sampling.counter_rng import check_rng
 from decodelab.sampling.sampler import SamplingBatch, SamplingParams, make_generator, sample
 from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.grammar.base import mask_logits
@@ -81,7 +82,7 @@ def prompt_batch(model, tokenizer, prompts) -> list[list[int]]:
 
 
 def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[SamplingParams],
-             stream: bool = False) -> list[Completion] | Iterator[StepEvent]:
+             stream: bool = False, rng: str = "torch") -> list[Completion] | Iterator[StepEvent]:
     """Generate for `prompts` (a string, a list of strings, or token-id lists) with one `SamplingParams` for all or
     one per prompt. Returns a `decodelab.decoding.request.Completion` per prompt (its `request_id` is the prompt's index), or
     with `stream=True` an iterator of `StepEvent`s, one per still-running prompt per step (in prompt order). Prompts
@@ -90,7 +91,10 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
     prompt + output fill the model's context ("length"; a longer prompt is an error). With temperature 0 the tokens equal
     `model.generate(do_sample=False)` token for token. The repetition penalty and `no_repeat_ngram_size` see the prompt
     and the generated tokens (as transformers' processors do, its padding excluded), frequency and presence penalties
-    the generated tokens only (as vLLM and OpenAI define them); `Engine` applies the same rule.
+    the generated tokens only (as vLLM and OpenAI define them); `Engine` applies the same rule. `rng` is the kind of
+    random stream each prompt draws from, "torch" or "counter", as `Engine(rng=...)` takes it
+    (`decodelab.sampling.sampler.make_generator`): with the same `rng` and seeds, `generate` and `Engine` draw the
+    same tokens.
 
     Taught in: chapters/04-autoregressive.ipynb
     """
@@ -113,7 +117,8 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
             check_vocabulary_ids(p, vocab_size, f"params[{i}]")
     if not isinstance(stream, bool):
         raise ValueError(f"stream must be a bool, got {stream!r}")
-    events = _run(model, tokenizer, ids, params, stream_text=stream)
+    check_rng(rng)
+    events = _run(model, tokenizer, ids, params, stream_text=stream, rng=rng)
     if stream:
         return events
     tokens: list[list[int]] = [[] for _ in ids]
@@ -129,7 +134,7 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
 
 @torch.no_grad()
 def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
-         stream_text: bool) -> Iterator[StepEvent]:
+         stream_text: bool, rng: str = "torch") -> Iterator[StepEvent]:
     device = next(model.parameters()).device
     eos = eos_token_ids(model, tokenizer)
     pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
@@ -138,7 +143,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
     input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in ids], device=device)  # [B, L] left-padded
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids], device=device)  # [B, L]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, L]: 0 at each prompt's first real token
-    generators = [make_generator(p.seed, device) for p in params]
+    generators = [make_generator(p.seed, device, rng) for p in params]
     sampling_batch = SamplingBatch(params, device)  # the rows' parameters as tensors, once for the whole generation
     # the penalties' view of the text: the prompts, -1 where a row is padded, and the output so far (no padding)
     prompt_history = (torch.tensor([[-1] * (width - len(p)) + p for p in ids], device=device)  # [B, L]

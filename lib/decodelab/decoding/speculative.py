@@ -38,6 +38,7 @@ import torch
 
 from decodelab.decoding.generate import model_step
 from decodelab.decoding.request import eos_token_ids, prompt_token_ids
+from decodelab.sampling.counter_rng import CounterRNG, categorical, uniform
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits
 from decodelab.validation import check_int, check_model
 
@@ -51,8 +52,8 @@ def distributions(logits: torch.Tensor, params: SamplingParams | Sequence[Sampli
     return torch.softmax(process_logits(logits.double(), params, output_tokens, eos_token_ids=eos_token_ids), dim=-1)
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator))
+def _draw(probs: torch.Tensor, generator: torch.Generator | CounterRNG | None) -> int:
+    return categorical(probs, generator)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor | None, token: int) -> torch.Tensor:
@@ -97,7 +98,7 @@ def judged_distribution(p: torch.Tensor, q: torch.Tensor | None, token: int | No
 
 
 def verify(drafted: list[int], q: torch.Tensor | None, p: torch.Tensor,
-           generator: torch.Generator | None) -> tuple[int, int, list[float]]:
+           generator: torch.Generator | CounterRNG | None) -> tuple[int, int, list[float]]:
     """The acceptance rule on one round: drafts `drafted` (k tokens) with draft probabilities `q` `[k, V]` (None:
     point masses on the drafts) and target probabilities `p` `[k + 1, V]`. Returns (number kept, the target's token
     after them, the acceptance probability sum_x min(p_i, q_i) of each judged position).
@@ -109,7 +110,7 @@ def verify(drafted: list[int], q: torch.Tensor | None, p: torch.Tensor,
     for i, token in enumerate(drafted):
         q_token = 1.0 if q is None else float(q[i, token])
         betas.append(float(p[i, token]) if q is None else float(torch.minimum(p[i], q[i]).sum()))
-        if float(torch.rand((), generator=generator, dtype=torch.float64)) * q_token < float(p[i, token]):
+        if uniform(generator) * q_token < float(p[i, token]):
             continue  # kept with probability min(1, p / q)
         return i, _draw(residual(p[i], None if q is None else q[i], token), generator), betas
     return len(drafted), _draw(p[len(drafted)], generator), betas
@@ -129,7 +130,7 @@ class ModelDraft:
 
     @torch.no_grad()
     def propose(self, context: list[int], gamma: int, params: SamplingParams,
-                generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]:
+                generator: torch.Generator | CounterRNG | None) -> tuple[list[int], torch.Tensor]:
         """Draw `gamma` tokens one at a time from q (the draft's processed distribution); returns them and q
         `[gamma, V]`."""
         self._cache, self._cached = _reuse(self._cache, self._cached, context)
@@ -157,7 +158,7 @@ class NgramDraft:
             raise ValueError(f"min_n must be <= max_n, got min_n={min_n}, max_n={max_n}")
 
     def propose(self, context: list[int], gamma: int, params: SamplingParams,
-                generator: torch.Generator | None) -> tuple[list[int], None]:
+                generator: torch.Generator | CounterRNG | None) -> tuple[list[int], None]:
         for n in range(min(self.max_n, len(context) - 1), self.min_n - 1, -1):
             suffix = context[-n:]
             for start in range(len(context) - n - 1, -1, -1):  # latest match first, not the suffix itself

@@ -15,6 +15,7 @@ import torch
 
 from decodelab.engine.speculation import SpeculativeConfig
 from decodelab.kv.layout import KV_LAYOUTS, RESERVATIONS
+from decodelab.sampling.counter_rng import check_rng
 from decodelab.validation import check_int
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
@@ -52,6 +53,7 @@ class EngineConfig:
     kv_layout: str = "paged"
     reserve: str = "max_tokens"
     speculative: SpeculativeConfig | None = None
+    rng: str = "torch"
 
     def __post_init__(self) -> None:
         block_size = check_int(self.block_size, "block_size")
@@ -80,6 +82,7 @@ class EngineConfig:
         if self.kv_layout not in KV_LAYOUTS or self.reserve not in RESERVATIONS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
                              f"got {self.kv_layout!r} and {self.reserve!r}")
+        check_rng(self.rng)
         if self.speculative is not None and self.kv_layout != "paged":
             raise ValueError(f"speculative decoding needs kv_layout='paged' (rejected drafts give back blocks), "
                              f"got {self.kv_layout!r}")

@@ -75,13 +75,17 @@ class Engine:
     per request, first fit; `reserve` sizes the extent: "max_tokens" = prompt + max_tokens, "max_model_len" = the
     model's context). The slab layout shares nothing: no prefix caching, n must be 1.
     speculative: a `SpeculativeConfig` for speculative decoding (paged layout only; `decodelab.engine.speculation`).
+    rng: "torch" (a torch.Generator per seeded sample, Exponential noise over the vocabulary; the book's streams) or
+    "counter" (every sample a `CounterRNG`, one hashed uniform per token by the inverse CDF, drawn for the whole
+    batch in one call; the same distributions, other tokens for the same seed; `decodelab.sampling.counter_rng`).
     Taught in: chapters/07-paged-attention.ipynb
     """
 
     def __init__(self, model, tokenizer=None, block_size: int = 16, num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention: str = "torch", kv_layout: str = "paged",
-                 reserve: str = "max_tokens", speculative: SpeculativeConfig | None = None) -> None:
+                 reserve: str = "max_tokens", speculative: SpeculativeConfig | None = None,
+                 rng: str = "torch") -> None:
         check_model(model, "Engine(model, tokenizer, ...)")         # None, or the arguments swapped
         self.runner = PagedLlama(model, attention)                 # checks `attention`
         self.speculator = make_speculator(speculative, self.runner)  # checks `speculative` against the target
@@ -92,7 +96,8 @@ class Engine:
             kv_bytes_per_token=kv_bytes_per_token(model.config, self.runner.dtype) + self.speculator.kv_bytes_per_token,
             kv_memory_limit=kv_memory_limit(self.runner.device), block_size=block_size, num_blocks=num_blocks,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            enable_prefix_caching=enable_prefix_caching, kv_layout=kv_layout, reserve=reserve, speculative=speculative)
+            enable_prefix_caching=enable_prefix_caching, kv_layout=kv_layout, reserve=reserve, speculative=speculative,
+            rng=rng)
         config = self.config
         self.layout = make_layout(config.kv_layout, config.num_blocks, config.block_size, self.max_model_len,
                                   config.enable_prefix_caching, config.reserve)
@@ -174,7 +179,8 @@ class Engine:
         table = self.layout.new_table(len(request.prompt_ids), params.max_tokens)
         detokenizer = sample_detokenizer(self.tokenizer, params) if params.stop else None
         seq = self.scheduler.new_sequence(request_id, list(request.prompt_ids), params, table,
-                                          make_generator(params.seed, self.runner.device), detokenizer)
+                                          make_generator(params.seed, self.runner.device, self.config.rng),
+                                          detokenizer)
         self.scheduler.add(seq)
         return request_id
 

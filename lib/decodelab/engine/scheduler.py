@@ -32,6 +32,7 @@ from decodelab.decoding.detokenize import IncrementalDetokenizer
 from decodelab.decoding.request import TokenLogprob
 from decodelab.engine.sequence import SequenceState, Status
 from decodelab.kv.protocols import KVLayout, KVTable
+from decodelab.sampling.counter_rng import CounterRNG
 from decodelab.sampling.params import SamplingParams
 
 
@@ -140,7 +141,7 @@ class Scheduler:
         self._seq_ids = itertools.count()
 
     def new_sequence(self, request_id: int, prompt_ids: list[int], params: SamplingParams, table: KVTable,
-                     generator: torch.Generator | None,
+                     generator: torch.Generator | CounterRNG | None,
                      detokenizer: IncrementalDetokenizer | None = None) -> SequenceState:
         """Sample 0 of a request (it forks the other n - 1 after its prefill). `detokenizer`: the output's text for
         the finish rule's stop strings (the forks get their own)."""

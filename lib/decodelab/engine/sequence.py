@@ -22,6 +22,7 @@ import torch
 from decodelab.decoding.detokenize import IncrementalDetokenizer, sample_detokenizer
 from decodelab.kv.protocols import KVTable
 from decodelab.sampling.params import SamplingParams
+from decodelab.sampling.counter_rng import CounterRNG
 from decodelab.sampling.sampler import make_generator, sample_seed
 
 
@@ -42,7 +43,7 @@ class SequenceState:
     num_prompt_tokens: int
     params: SamplingParams
     table: KVTable
-    generator: torch.Generator | None = None
+    generator: torch.Generator | CounterRNG | None = None
     num_forks: int = 0                        # siblings to fork off once the prompt is prefilled (n - 1)
     status: Status = Status.WAITING
     finish_reason: str | None = None
@@ -75,8 +76,9 @@ class SequenceState:
         """Sample `index` of the same request, on `table` (a fork of this sequence's), with its own seed stream.
         Forks happen at the prompt's prefill, before any output, so the sibling starts with none."""
         device = self.generator.device if self.generator is not None else "cpu"
+        rng = "counter" if isinstance(self.generator, CounterRNG) else "torch"   # an unseeded counter stream: a new seed
         detokenizer = (None if self.detokenizer is None
                        else sample_detokenizer(self.detokenizer.tokenizer, self.params))
         return SequenceState(seq_id, self.request_id, index, list(self.token_ids), self.num_prompt_tokens,
-                             self.params, table, make_generator(sample_seed(self.params.seed, index), device),
+                             self.params, table, make_generator(sample_seed(self.params.seed, index), device, rng),
                              status=Status.RUNNING, detokenizer=detokenizer)

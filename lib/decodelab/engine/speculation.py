@@ -50,6 +50,7 @@ from decodelab.engine.scheduler import Drawn, Schedule, StepKind, StepUpdate
 from decodelab.engine.sequence import SequenceState
 from decodelab.kv.contiguous_cache import kv_bytes_per_token
 from decodelab.runner.model import PagedLlama, StepBatch
+from decodelab.sampling.counter_rng import categorical
 from decodelab.sampling.sampler import SamplingParams
 from decodelab.validation import ParamError, as_scalar
 
@@ -293,7 +294,7 @@ class Speculator:
                 seq = plan.scheduled[i].seq
                 feed, start = feeds.pop(i)
                 self._draft_len[seq] = start + len(feed)
-                token = int(torch.multinomial(q[row], 1, generator=seq.generator))
+                token = categorical(q[row], seq.generator)
                 tokens[i].append(token)
                 rows[i].append(q[row])
                 if len(tokens[i]) < plan.scheduled[i].num_lookahead:

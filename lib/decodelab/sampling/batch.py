@@ -72,9 +72,12 @@ class SamplingBatch:
 
     def uses(self, name: str, rows: Sequence[int] | None = None) -> bool:
         """Whether any of `rows` (default: all) sets `name` away from its off value."""
-        values = self.values(name)
-        off = 0 if name == "top_k" else COLUMNS[name]
-        return any(values[i] != off for i in (range(len(self)) if rows is None else rows))
+        key = ("uses", name, None if rows is None else tuple(rows))   # asked by every processor at every step
+        if key not in self._memo:
+            values = self.values(name)
+            off = 0 if name == "top_k" else COLUMNS[name]
+            self._memo[key] = any(values[i] != off for i in (range(len(self)) if rows is None else rows))
+        return self._memo[key]
 
     def column(self, name: str, dtype: torch.dtype) -> torch.Tensor:
         """Parameter `name` as a `[B, 1]` tensor of `dtype` on the batch's device, made once per dtype."""

@@ -27,6 +27,7 @@ from collections.abc import Collection, Sequence
 
 import torch
 
+from decodelab.sampling.counter_rng import CounterRNG, batch_uniforms, check_rng, inverse_cdf, random_seed
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
@@ -59,16 +60,22 @@ def sample_seed(seed: int | None, index: int) -> int | None:
     return (x ^ (x >> 31)) & ((1 << 63) - 1)
 
 
-def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
-    """A generator seeded with `seed` on `device`, or None for an unseeded request.
+def make_generator(seed: int | None, device: torch.device | str = "cpu",
+                   rng: str = "torch") -> torch.Generator | CounterRNG | None:
+    """The random stream of one sample on `device`: with `rng="torch"` (the default) a `torch.Generator` seeded with
+    `seed`, or None for an unseeded request (torch's global RNG); with `rng="counter"` a
+    `decodelab.sampling.counter_rng.CounterRNG`, whose seed for an unseeded request comes from torch's global RNG.
 
-    An engine makes one per seeded request and passes it to every `sample` call of that request, so the request's
-    noise comes from its own stream whatever else shares the batch.
+    An engine makes one per sample and passes it to every `sample` call of that sample, so its draws come from its
+    own stream whatever else shares the batch.
     """
+    check_rng(rng)
+    if seed is not None and not (is_int(seed) and 0 <= seed < 2**63):
+        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
+    if rng == "counter":
+        return CounterRNG(random_seed() if seed is None else seed, device)
     if seed is None:
         return None
-    if not (is_int(seed) and 0 <= seed < 2**63):
-        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
     generator = torch.Generator(device=torch.device(device))
     generator.manual_seed(seed)
     return generator
@@ -181,9 +188,13 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     rising pivot (`decodelab.sampling.ops.rejection`), without finding the nucleus first; their draws differ from the sort path's
     for the same seed, their distribution does not.
     A row whose `generators[i]` is a `torch.Generator` draws its noise from it alone, so a seeded request gets the same
-    tokens whatever else shares its batch; pass the same generator (from `make_generator`) at every step. A row with
-    `params.seed` set but no generator gets a fresh generator from that seed for this call only (reproducible for one
-    call; across steps it would repeat its noise, so engines should pass generators). Other rows use torch's global RNG.
+    tokens whatever else shares its batch; pass the same generator (from `make_generator`) at every step. A row whose
+    generator is a `decodelab.sampling.counter_rng.CounterRNG` draws one uniform from it and takes the token where it
+    falls in the cumulative distribution (one vectorised draw for all such rows; top-p rows go through the sorted
+    nucleus, not rejection): the same distribution, other tokens than a torch.Generator with the same seed. A row
+    with `params.seed` set but no generator gets a fresh torch.Generator from that seed for this call only
+    (reproducible for one call; across steps it would repeat its noise, so engines should pass generators). Other
+    rows use torch's global RNG.
 
     Taught in: chapters/03-strategies.ipynb
     """
@@ -194,28 +205,36 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         rows = list(batch.argmax_rows)
         tokens[torch.tensor(rows, device=x.device)] = take_rows(x, rows).argmax(dim=-1)
     routes = fast_paths.routes(batch, method, sampling=True)
+    if routes.rejection and any(isinstance(generators[i], CounterRNG) for i in routes.rejection):
+        routes = fast_paths.densify(routes, [i for i in routes.rejection if isinstance(generators[i], CounterRNG)])
     groups = _groups(x, batch, routes, chunk_max)
     if routes.rejection:
         drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators, chunk_max)
         tokens[torch.tensor(routes.rejection, device=x.device)] = drawn
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
+    if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and len(groups[0].rows) == len(batch) \
+            and list(groups[0].rows) == list(range(len(batch))):
+        return _draw(groups[0], generators)  # one group of every row in order (a plain batch): its draw is the answer
     for group in groups:
         tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators)
     return tokens
 
 
-def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[torch.Generator | None]:
+def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[torch.Generator | CounterRNG | None]:
     """One generator or None per row; a seeded row without one gets a fresh generator from its seed."""
     size = len(batch)
     if generators is None:
         generators = [None] * size
     elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != size:
-        raise ValueError(f"generators must be a sequence of {size} torch.Generator or None, got {generators!r:.200}")
+        raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
+                         f"{generators!r:.200}")
     generators = list(generators)
     for i, g in enumerate(generators):
-        if g is not None and not isinstance(g, torch.Generator):
-            raise TypeError(f"generators[{i}] must be a torch.Generator or None, got {type(g).__name__}")
+        if type(g) is CounterRNG and g.device.type == device.type:  # the engine's common case, checked cheaply
+            continue
+        if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
+            raise TypeError(f"generators[{i}] must be a torch.Generator, a CounterRNG or None, got {type(g).__name__}")
         if g is not None and g.device.type != device.type:
             raise ValueError(f"generators[{i}] is on {g.device}, logits are on {device}")
         if g is None and batch.params[i].seed is not None:
@@ -223,11 +242,26 @@ def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[
     return generators
 
 
-def _draw(group: RowGroup, generators: list[torch.Generator | None]) -> torch.Tensor:
-    """Step 5: one token per row of `group`, `argmax(p / E)` with `E ~ Exponential(1)`, `[n]`."""
+def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]) -> torch.Tensor:
+    """Step 5: one token per row of `group`, `[n]`: `argmax(p / E)` with `E ~ Exponential(1)` for rows with a
+    torch.Generator or none, the inverse CDF of one uniform for rows with a CounterRNG."""
     probs = torch.softmax(group.logits, dim=-1)  # [n, K]
-    noise = _exponential_noise(probs, [generators[i] for i in group.rows], group.widths)
-    column = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
+    rows = [generators[i] for i in group.rows]
+    counter = [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
+    if len(counter) == len(rows):  # every row counter-based: one hash, one cumulative sum, one search
+        column = inverse_cdf(probs, torch.from_numpy(batch_uniforms(rows)))
+    elif not counter:
+        column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
+    else:  # a mixed group (a caller's own list of generators): each part by its own route
+        others = [j for j, g in enumerate(rows) if not isinstance(g, CounterRNG)]
+        column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
+        part = take_rows(probs, counter)
+        column[torch.tensor(counter, device=probs.device)] = inverse_cdf(
+            part, torch.from_numpy(batch_uniforms([rows[j] for j in counter])))
+        part = take_rows(probs, others)
+        noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
+        column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
+    column = column.unsqueeze(1)  # [n, 1]
     chosen = column if group.token_ids is None else group.token_ids.gather(1, column)
     return chosen.squeeze(1)
 

@@ -59,6 +59,13 @@ def routes(batch: SamplingBatch, method: str, sampling: bool) -> Routes:
     return batch.memo(("routes", method, sampling), make)
 
 
+def densify(routes: Routes, rows: list[int]) -> Routes:
+    """`routes` with `rows` (rejection rows) moved to the dense group: rows whose stream is counter-based draw one
+    uniform by the inverse CDF, which needs their nucleus, not rejection rounds."""
+    moved = set(rows)
+    return Routes(routes.top_k, tuple(i for i in routes.rejection if i not in moved), routes.dense + tuple(rows))
+
+
 def top_k_candidates(x: torch.Tensor, rows: list[int], batch: SamplingBatch,
                      chunk_max: torch.Tensor | None) -> RowGroup:
     """The k best logits of each of `rows` of `x` `[B, V]` (k per row, from `batch`), descending, as one group of

@@ -1,0 +1,126 @@
+"""Counter-based random streams: draw i of a seeded sample is a hash of (seed, i), so a batch's rows get their draws
+in one vectorised call instead of one generator call per row (the idea of Philox in cuRAND and JAX; here SplitMix64's
+mixer, in numpy, on the host).
+
+A `torch.Generator` per seeded row, the default (`rng="torch"`), makes each random row draw V Exponential(1) numbers
+for `argmax(p / E)`: on a CPU that is tens of nanoseconds per vocabulary entry, per row, per step. A `CounterRNG`
+row draws one uniform u instead and takes the token where u falls in the cumulative distribution (the inverse CDF, as
+FlashInfer's sampling kernels do): token j with probability p_j, the same distribution by another route, so the same
+seed gives other tokens than with `rng="torch"`. What the course promises of a seed still holds: a row's draws depend
+on its seed and on how many draws it has made, never on the batch, a preemption or the request's other samples.
+
+    >>> rngs = [CounterRNG(7), CounterRNG(7), CounterRNG(8)]
+    >>> u = batch_uniforms(rngs)                  # one float64 per row, each stream advanced by one
+    >>> bool(u[0] == u[1]), bool(u[0] == u[2]), rngs[0].offset
+    (True, False, 1)
+    >>> probs = torch.tensor([[0.0, 0.5, 0.0, 0.5]]).expand(3, -1)   # tokens 0 and 2 removed
+    >>> inverse_cdf(probs, torch.tensor([0.0, 0.4999, 0.9999], dtype=torch.float64)).tolist()
+    [3, 3, 1]
+
+Taught in: chapters/03-strategies.ipynb (the sampler's note on seeds); measured in benchmarks/serving.py
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from decodelab.validation import check_int
+
+RNGS = ("torch", "counter")
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_STREAM = np.uint64(0xD1B54A32D192ED03)  # separates the key's mix from the counter's
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on a uint64 array (a bijection with full avalanche); wraps modulo 2**64."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> _S30)) * _M1
+        x = (x ^ (x >> _S27)) * _M2
+    return x ^ (x >> _S31)
+
+
+def _uniforms(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Draw `offsets[j]` of the stream keyed `keys[j]`, as float64 in [0, 1) with 53 random bits."""
+    with np.errstate(over="ignore"):
+        h = _mix64(keys ^ _mix64((offsets + np.uint64(1)) * _GOLDEN))
+    return (h >> _S11).astype(np.float64) * (2.0 ** -53)
+
+
+class CounterRNG:
+    """The random stream of one sample: `seed` (an int in [0, 2**63)) and `offset`, the draws made so far. Draw i is
+    a function of (seed, i) alone. `device` is where the rows it draws for live (the draws are made on the host).
+
+    `make_generator(seed, device, rng="counter")` makes one; `sample`, the engine and speculative decoding accept it
+    wherever they accept a `torch.Generator`."""
+
+    __slots__ = ("seed", "key", "offset", "device")
+
+    def __init__(self, seed: int, device: torch.device | str = "cpu") -> None:
+        self.seed = check_int(seed, "seed", low=0)
+        if self.seed >= 2 ** 63:
+            raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
+        self.key = int(_mix64(np.array([self.seed], dtype=np.uint64) ^ _STREAM)[0])
+        self.offset = 0
+        self.device = torch.device(device)
+
+    def __repr__(self) -> str:
+        return f"CounterRNG(seed={self.seed}, offset={self.offset}, device={self.device})"
+
+    def uniform(self) -> float:
+        """The stream's next uniform in [0, 1)."""
+        return float(batch_uniforms([self])[0])
+
+
+def batch_uniforms(rngs: Sequence[CounterRNG]) -> np.ndarray:
+    """The next uniform of each stream, float64 `[n]`, in one vectorised hash; each stream advances by one."""
+    keys = np.fromiter((r.key for r in rngs), dtype=np.uint64, count=len(rngs))
+    offsets = np.fromiter((r.offset for r in rngs), dtype=np.uint64, count=len(rngs))
+    for r in rngs:
+        r.offset += 1
+    return _uniforms(keys, offsets)
+
+
+def random_seed() -> int:
+    """A seed in [0, 2**63) from torch's global RNG (an unseeded request's stream: `torch.manual_seed` repeats it)."""
+    return int(torch.randint(0, 2 ** 63 - 1, (1,), dtype=torch.int64)[0])
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The column of each row of `probs` `[n, K]` (non-negative, any positive total) where `u` `[n]` (float64 in
+    [0, 1)) falls: the first j with cdf_j >= (1 - u) * total, LongTensor `[n]`. The target is in (0, total], and
+    a column of probability 0 repeats its left neighbour's cdf, so it is never the first: a removed token is never
+    drawn. The cumulative sum is taken in float64, so a token of probability 1e-12 keeps its share."""
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
+    target = cdf[:, -1:] * (1.0 - u).to(device=cdf.device, dtype=torch.float64).view(-1, 1)  # [n, 1], in (0, total]
+    return torch.searchsorted(cdf, target).view(-1)  # target <= total: never past the last column
+
+
+def uniform(generator: torch.Generator | CounterRNG | None) -> float:
+    """One uniform in [0, 1) from `generator` (a torch.Generator, a CounterRNG, or None for torch's global RNG)."""
+    if isinstance(generator, CounterRNG):
+        return generator.uniform()
+    return float(torch.rand((), generator=generator, dtype=torch.float64))
+
+
+def categorical(probs: torch.Tensor, generator: torch.Generator | CounterRNG | None) -> int:
+    """One index drawn from `probs` `[V]` (non-negative, any positive total) with `generator`."""
+    if isinstance(generator, CounterRNG):
+        u = torch.from_numpy(batch_uniforms([generator]))
+        return int(inverse_cdf(probs.unsqueeze(0), u)[0])
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def check_rng(rng: str) -> str:
+    """`rng` if it names a kind of stream ("torch" or "counter"), else ValueError naming it."""
+    if rng not in RNGS:
+        raise ValueError(f"rng must be one of {RNGS}, got {rng!r}")
+    return rng
+
+
+__all__ = ["RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "random_seed",
+           "uniform"]

@@ -1,0 +1,34 @@
+"""benchmarks/rng_ab.py: the summary of alternating torch/counter runs is the median paired ratio with its interval,
+computed from fixed numbers here, so nothing depends on the machine's speed."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import rng_ab  # noqa: E402  (benchmarks/rng_ab.py)
+
+
+def run(wall: float, overhead: float, forward: float, sample: float) -> dict:
+    return {"wall_over_forward": wall, "overhead_us_per_step": overhead, "forward_us_per_step": forward,
+            "shares": {"sample": sample, "sample: noise": sample / 2}}
+
+
+def test_summary_is_the_median_paired_ratio_counter_over_torch():
+    runs = [{"torch": run(1.2, 800, 4000, 0.10), "counter": run(1.1, 400, 4000, 0.05)},
+            {"torch": run(1.3, 1000, 3000, 0.12), "counter": run(1.2, 600, 3000, 0.06)},
+            {"torch": run(1.2, 900, 3500, 0.11), "counter": run(1.1, 450, 3500, 0.05)}]
+    summary = rng_ab.summarize(runs)
+    overhead = summary["overhead_us_per_step"]
+    assert overhead["torch_median"] == 900 and overhead["counter_median"] == 450
+    assert overhead["counter_over_torch"] == pytest.approx(0.5)   # ratios 0.5, 0.6, 0.5: the median pairs, not medians
+    low, high = overhead["interval_95"]
+    assert low <= 0.5 <= high <= 0.6
+    assert summary["forward_us_per_step"]["counter_over_torch"] == 1.0
+    assert summary["sample_share"] == {"torch": 0.11, "counter": 0.05}
+
+
+def test_too_few_pairs_are_refused(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["rng_ab.py", "--pairs", "1"])
+    with pytest.raises(SystemExit, match="--pairs must be at least 2, got 1"):
+        rng_ab.main()

@@ -1,0 +1,144 @@
+"""Counter-based streams (`decodelab.sampling.counter_rng`): draw i depends on (seed, i) alone, the uniforms are
+uniform, the inverse CDF never draws a removed token, and `sample` with CounterRNG rows draws each row's processed
+distribution (the same chi-square test as the exponential race in test_sampler.py)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from decodelab.sampling.counter_rng import (CounterRNG, batch_uniforms, categorical, check_rng, inverse_cdf,
+                                            uniform)
+from decodelab.sampling.ops.fast_paths import METHODS
+from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
+
+
+def chi_square_critical(dof: int, quantile_z: float = 3.09) -> float:
+    """Upper 0.999 quantile of chi-square with `dof` degrees of freedom (Wilson-Hilferty approximation)."""
+    h = 2.0 / (9.0 * dof)
+    return dof * (1.0 - h + quantile_z * math.sqrt(h)) ** 3
+
+
+def test_a_draw_depends_on_seed_and_offset_alone():
+    a, b = CounterRNG(5), CounterRNG(5)
+    first = [a.uniform() for _ in range(4)]
+    # b draws its first two alone, then two in a batch with strangers: the same four numbers
+    second = [b.uniform(), b.uniform()]
+    second += [float(batch_uniforms([CounterRNG(9), b, CounterRNG(6)])[1]) for _ in range(2)]
+    assert first == second and len(set(first)) == 4 and a.offset == b.offset == 4
+    assert CounterRNG(6).uniform() != CounterRNG(5).uniform()
+    assert all(0.0 <= u < 1.0 for u in first)
+
+
+def test_uniforms_are_uniform_and_independent_across_seeds_and_offsets():
+    rngs = [CounterRNG(seed) for seed in range(2000)]           # neighbouring seeds, 64 draws each
+    u = np.stack([batch_uniforms(rngs) for _ in range(64)])      # [64, 2000]
+    counts = np.bincount((u.ravel() * 64).astype(int), minlength=64)
+    expected = u.size / 64
+    assert float(((counts - expected) ** 2 / expected).sum()) < chi_square_critical(63)
+    # neighbouring seeds and neighbouring offsets are uncorrelated (|r| < 4.5 standard errors)
+    for x, y in ((u[:, :-1], u[:, 1:]), (u[:-1], u[1:])):
+        r = np.corrcoef(x.ravel(), y.ravel())[0, 1]
+        assert abs(r) < 4.5 / math.sqrt(x.size), r
+
+
+def test_inverse_cdf_never_draws_a_removed_token_even_at_the_ends():
+    probs = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0], [0.0, 0.0, 1e-12, 0.0, 1.0]]).repeat(3, 1)   # [6, 5]
+    u = torch.tensor([0.0, 0.0, 1 - 2 ** -53, 1 - 2 ** -53, 0.5, 1 - 5e-13], dtype=torch.float64)
+    assert inverse_cdf(probs, u).tolist() == [3, 4, 1, 2, 3, 2]
+    # a token of probability 1e-12 keeps its share: 1 - u = 5e-13 lands on it, which a float32 cdf could not resolve
+
+
+def test_categorical_and_uniform_take_both_kinds_of_stream():
+    probs = torch.tensor([0.0, 0.25, 0.75])
+    rng, again = CounterRNG(3), CounterRNG(3)
+    assert [categorical(probs, rng) for _ in range(20)] == [categorical(probs, again) for _ in range(20)]
+    assert categorical(probs, torch.Generator().manual_seed(0)) in (1, 2)
+    assert 0.0 <= uniform(None) < 1.0 and 0.0 <= uniform(CounterRNG(1)) < 1.0
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (lambda: CounterRNG(-1), ValueError, "seed must be an int >= 0, got -1"),
+    (lambda: CounterRNG(2 ** 63), ValueError, r"seed must be an int in \[0, 2\*\*63\)"),
+    (lambda: CounterRNG(1.5), ValueError, "seed must be an int"),
+    (lambda: CounterRNG(True), ValueError, "seed must be an int"),
+    (lambda: check_rng("philox"), ValueError, r"rng must be one of \('torch', 'counter'\), got 'philox'"),
+    (lambda: make_generator(3, rng="numpy"), ValueError, "rng must be one of"),
+    (lambda: make_generator(-3, rng="counter"), ValueError, r"seed must be None or an int in \[0, 2\*\*63\)"),
+    (lambda: sample(torch.zeros(1, 3), SamplingParams(), [object()]), TypeError,
+     "generators\\[0\\] must be a torch.Generator, a CounterRNG or None, got object"),
+])
+def test_bad_streams_are_refused_by_name(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_an_unseeded_counter_stream_follows_torch_manual_seed():
+    torch.manual_seed(1)
+    first = make_generator(None, rng="counter")
+    torch.manual_seed(1)
+    assert make_generator(None, rng="counter").seed == first.seed
+    assert make_generator(None, rng="counter").seed != first.seed
+
+
+def peaked_logits(vocab_size: int) -> torch.Tensor:
+    """Eight likely tokens spread over the vocabulary and a long unlikely tail, [1, V]."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(1, vocab_size, generator=gen) - 12.0
+    logits[0, torch.arange(8) * (vocab_size // 8) + 3] = torch.tensor([3.0, 2.6, 2.2, 1.9, 1.5, 1.0, 0.4, 0.0])
+    return logits
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("params", [
+    SamplingParams(top_p=0.85), SamplingParams(top_k=5, temperature=0.7), SamplingParams(min_p=0.1, top_p=0.95),
+    SamplingParams(temperature=1.3),
+], ids=["top_p", "top_k+temperature", "min_p+top_p", "temperature"])
+def test_counter_rows_draw_the_processed_distribution(method, params):
+    torch.manual_seed(5)
+    logits = peaked_logits(1024)
+    expected = process_logits(logits, params, method=method).softmax(-1)[0]  # [V]
+    rows = 2000
+    streams = [make_generator(seed, rng="counter") for seed in range(rows)]   # one seeded stream per row
+    counts = torch.zeros(1024)
+    for _ in range(4):
+        counts += torch.bincount(sample(logits.expand(rows, -1), params, streams, method=method), minlength=1024)
+    total = 4 * rows
+    assert counts[expected == 0].sum() == 0, "a token of probability 0 was drawn"
+    kept = (expected > 0).nonzero().flatten()
+    likely = kept[expected[kept] * total >= 5]  # cells with enough expected counts; the rest are pooled
+    observed = torch.cat([counts[likely], counts[kept].sum(0, keepdim=True) - counts[likely].sum()])
+    wanted = torch.cat([expected[likely], expected[kept].sum(0, keepdim=True) - expected[likely].sum()]) * total
+    observed, wanted = observed[wanted > 0], wanted[wanted > 0]
+    statistic = float(((observed - wanted) ** 2 / wanted).sum())
+    assert statistic < chi_square_critical(len(wanted) - 1), (statistic, observed.tolist(), wanted.tolist())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_counter_rows_do_not_depend_on_the_batch_and_mix_with_torch_rows(method):
+    torch.manual_seed(7)
+    row = torch.randn(1, 2048) * 3
+    mine = SamplingParams(temperature=0.9, top_p=0.9, seed=42)
+    alone_rng = make_generator(42, rng="counter")
+    alone = [int(sample(row, [mine], [alone_rng], method=method)) for _ in range(8)]
+    neighbours = [SamplingParams(top_k=700, seed=3), SamplingParams(temperature=0.0), SamplingParams(top_p=0.5)]
+    streams = [make_generator(42, rng="counter"), make_generator(3, rng="counter"), None,
+               make_generator(1)]                                  # a torch.Generator row in the same call
+    shared = []
+    for _ in range(8):
+        batch = torch.cat([row, torch.randn(3, 2048) * 0.5])
+        shared.append(int(sample(batch, [mine] + neighbours, streams, method=method)[0]))
+    assert shared == alone and len(set(alone)) > 1
+    torch_stream = make_generator(42)
+    assert [int(sample(row, [mine], [torch_stream], method=method)) for _ in range(8)] != alone
+
+
+def test_removed_tokens_are_never_drawn_with_a_huge_vocabulary():
+    torch.manual_seed(6)
+    logits = torch.randn(64, 40000) * 3
+    params = [SamplingParams(top_k=k, top_p=p) for k in (0, 3, 40, 400) for p in (0.1, 0.5, 0.9, 1.0)] * 4
+    streams = [make_generator(None, rng="counter") for _ in params]
+    for method in METHODS:
+        kept = torch.isfinite(process_logits(logits, params, method=method))
+        for _ in range(3):
+            assert kept.gather(1, sample(logits, params, streams, method=method).unsqueeze(1)).all()
