@@ -352,6 +352,7 @@ def test_full_queue_gets_503_and_nothing_is_lost(tiny):
     (["--threads", "0"], "--threads must be >= 1"),
     (["--model", "no-such-model"], "cannot load --model 'no-such-model'"),
     (["--batching", "dynamic"], "invalid choice: 'dynamic'"),
+    (["--rng", "philox"], "invalid choice: 'philox'"),
 ])
 def test_bad_command_line_exits_with_a_message(args, message):
     done = subprocess.run([sys.executable, "-m", "decodelab.serve", *args, "--port", "9"], capture_output=True,
@@ -391,3 +392,17 @@ def test_bad_structured_outputs_get_400(server, client, structured, fragment):
                                   extra_body={"structured_outputs": structured})
     assert error.value.body["param"] == "structured_outputs" and fragment in error.value.body["message"]
     assert server.get("/health").status_code == 200
+
+
+def test_a_counter_stream_server_draws_what_the_engine_draws(tiny):
+    """`--rng counter`: a seeded request gets the counter-based stream's tokens, the same as Engine(rng="counter")
+    gives (and not, in general, what the default torch streams give)."""
+    model, tokenizer = tiny
+    params = SamplingParams(temperature=1.0, seed=7, max_tokens=12, ignore_eos=True)
+    wanted = {rng: Engine(model, tokenizer, rng=rng).generate(["小明"], params)[0].text for rng in ("torch", "counter")}
+    with LocalServer("--model", MODEL, "--max-num-seqs", "4", "--rng", "counter") as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+        texts = [client.completions.create(model=MODEL, prompt="小明", max_tokens=12, temperature=1.0, seed=7,
+                                           extra_body={"ignore_eos": True}).choices[0].text for _ in range(2)]
+    assert texts == [wanted["counter"]] * 2
+    assert wanted["counter"] != wanted["torch"]

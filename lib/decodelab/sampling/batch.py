@@ -49,12 +49,8 @@ class SamplingBatch:
         self.has_constraints = any(p.has_constraints for p in self.params)     # decodelab.sampling.constraints
         self.needs_output_tokens = any(p.needs_output_tokens for p in self.params)
         self.has_bad_word_strings = any(p.bad_words for p in self.params)     # not yet tokenized: an error here
-        self._values = {name: tuple(off if only else getattr(p, name) for p, only in zip(self.params, argmax))
-                        for name, off in COLUMNS.items() if name not in _PENALTIES}
-        self._values.update({name: tuple(getattr(p, name) for p in self.params) for name in _PENALTIES})
-        # 1 - top_p in double precision, cast only when it becomes a column: transformers compares with the Python
-        # float 1 - top_p, and > 0 exactly when top_p < 1
-        self._values["one_minus_top_p"] = tuple(1.0 - p for p in self._values["top_p"])
+        self._argmax = argmax
+        self._values: dict[str, tuple] = {}   # a parameter's per-row values, made when first asked (`values`)
         # (row, token id, bias) of every logit_bias entry, added to the logits before anything else
         self.logit_bias = tuple((i, token, bias) for i, p in enumerate(self.params) for token, bias in p.logit_bias)
         self._columns: dict[tuple[str, torch.dtype], torch.Tensor] = {}
@@ -67,8 +63,26 @@ class SamplingBatch:
         return f"SamplingBatch({len(self)} rows, {len(self.argmax_rows)} argmax, device={self.device})"
 
     def values(self, name: str) -> tuple:
-        """Parameter `name` of every row, as Python numbers."""
-        return self.top_k if name == "top_k" else self._values[name]
+        """Parameter `name` of every row, as Python numbers (argmax rows hold the off value, except for the
+        penalties, which apply to them too); made once per batch, when first asked (an engine rebuilds the batch
+        whenever a sequence joins or leaves, and a plain batch reads few of them)."""
+        if name == "top_k":
+            return self.top_k
+        found = self._values.get(name)
+        if found is None:
+            if name == "one_minus_top_p":
+                # 1 - top_p in double precision, cast only when it becomes a column: transformers compares with the
+                # Python float 1 - top_p, and > 0 exactly when top_p < 1
+                found = tuple(1.0 - p for p in self.values("top_p"))
+            elif name in _PENALTIES:
+                found = tuple(getattr(p, name) for p in self.params)
+            elif name in COLUMNS:
+                off = COLUMNS[name]
+                found = tuple(off if only else getattr(p, name) for p, only in zip(self.params, self._argmax))
+            else:
+                raise KeyError(name)
+            self._values[name] = found
+        return found
 
     def uses(self, name: str, rows: Sequence[int] | None = None) -> bool:
         """Whether any of `rows` (default: all) sets `name` away from its off value."""

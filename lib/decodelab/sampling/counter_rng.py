@@ -37,23 +37,25 @@ _STREAM = np.uint64(0xD1B54A32D192ED03)  # separates the key's mix from the coun
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer on a uint64 array (a bijection with full avalanche); wraps modulo 2**64."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> _S30)) * _M1
-        x = (x ^ (x >> _S27)) * _M2
+    """SplitMix64's finalizer on a uint64 array (a bijection with full avalanche); wraps modulo 2**64 (numpy
+    wraps integer arrays silently; only scalar arithmetic would warn, and none is done here)."""
+    x = (x ^ (x >> _S30)) * _M1
+    x = (x ^ (x >> _S27)) * _M2
     return x ^ (x >> _S31)
 
 
 def _uniforms(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Draw `offsets[j]` of the stream keyed `keys[j]`, as float64 in [0, 1) with 53 random bits."""
-    with np.errstate(over="ignore"):
-        h = _mix64(keys ^ _mix64((offsets + np.uint64(1)) * _GOLDEN))
+    """Draw `offsets[j]` of the stream keyed `keys[j]`, as float64 in [0, 1) with 53 random bits: output
+    offsets[j] + 1 of a SplitMix64 generator whose state starts at the key (Steele, Lea and Flood 2014; Java's
+    SplittableRandom), computed without stepping through the ones before."""
+    h = _mix64(keys + (offsets + np.uint64(1)) * _GOLDEN)
     return (h >> _S11).astype(np.float64) * (2.0 ** -53)
 
 
 class CounterRNG:
     """The random stream of one sample: `seed` (an int in [0, 2**63)) and `offset`, the draws made so far. Draw i is
-    a function of (seed, i) alone. `device` is where the rows it draws for live (the draws are made on the host).
+    a function of (seed, i) alone. The key is a mix of the seed, so neighbouring seeds start far apart in SplitMix64's
+sequence. `device` is where the rows it draws for live (the draws are made on the host).
 
     `make_generator(seed, device, rng="counter")` makes one; `sample`, the engine and speculative decoding accept it
     wherever they accept a `torch.Generator`."""
@@ -90,13 +92,15 @@ def random_seed() -> int:
     return int(torch.randint(0, 2 ** 63 - 1, (1,), dtype=torch.int64)[0])
 
 
-def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tensor:
     """The column of each row of `probs` `[n, K]` (non-negative, any positive total) where `u` `[n]` (float64 in
-    [0, 1)) falls: the first j with cdf_j >= (1 - u) * total, LongTensor `[n]`. The target is in (0, total], and
-    a column of probability 0 repeats its left neighbour's cdf, so it is never the first: a removed token is never
-    drawn. The cumulative sum is taken in float64, so a token of probability 1e-12 keeps its share."""
+    [0, 1), a tensor or the numpy array `batch_uniforms` returns) falls: the first j with cdf_j >= (1 - u) * total,
+    LongTensor `[n]`. The target is in (0, total], and a column of probability 0 repeats its left neighbour's cdf, so
+    it is never the first: a removed token is never drawn. The cumulative sum is taken in float64, so a token of
+    probability 1e-12 keeps its share."""
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
-    target = cdf[:, -1:] * (1.0 - u).to(device=cdf.device, dtype=torch.float64).view(-1, 1)  # [n, 1], in (0, total]
+    rest = torch.from_numpy(1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u.to(torch.float64)   # 1 - u, [n]
+    target = cdf[:, -1:] * rest.to(cdf.device).view(-1, 1)                               # [n, 1], in (0, total]
     return torch.searchsorted(cdf, target).view(-1)  # target <= total: never past the last column
 
 
@@ -110,8 +114,7 @@ def uniform(generator: torch.Generator | CounterRNG | None) -> float:
 def categorical(probs: torch.Tensor, generator: torch.Generator | CounterRNG | None) -> int:
     """One index drawn from `probs` `[V]` (non-negative, any positive total) with `generator`."""
     if isinstance(generator, CounterRNG):
-        u = torch.from_numpy(batch_uniforms([generator]))
-        return int(inverse_cdf(probs.unsqueeze(0), u)[0])
+        return int(inverse_cdf(probs.unsqueeze(0), batch_uniforms([generator]))[0])
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

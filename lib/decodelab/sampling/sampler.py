@@ -23,6 +23,7 @@ Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 
 import torch
@@ -94,6 +95,8 @@ def _check_rows(maxima: torch.Tensor) -> None:
     """`maxima` `[B, ...]`: the logits or their chunk maxima. One host synchronisation per call (not per row): every
     row needs no NaN or +inf and one finite value."""
     row_max = maxima.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
+    if math.isfinite(float(row_max.sum(dtype=torch.float64))):  # any NaN, +inf or -inf makes the sum not finite
+        return
     bad = ~torch.isfinite(row_max)
     if bool(bad.any()):
         rows = bad.nonzero().flatten().tolist()
@@ -249,7 +252,7 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
     rows = [generators[i] for i in group.rows]
     counter = [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
     if len(counter) == len(rows):  # every row counter-based: one hash, one cumulative sum, one search
-        column = inverse_cdf(probs, torch.from_numpy(batch_uniforms(rows)))
+        column = inverse_cdf(probs, batch_uniforms(rows))
     elif not counter:
         column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
@@ -257,13 +260,13 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
         column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
         part = take_rows(probs, counter)
         column[torch.tensor(counter, device=probs.device)] = inverse_cdf(
-            part, torch.from_numpy(batch_uniforms([rows[j] for j in counter])))
+            part, batch_uniforms([rows[j] for j in counter]))
         part = take_rows(probs, others)
         noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
         column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
-    column = column.unsqueeze(1)  # [n, 1]
-    chosen = column if group.token_ids is None else group.token_ids.gather(1, column)
-    return chosen.squeeze(1)
+    if group.token_ids is None:  # column j is token j
+        return column
+    return group.token_ids.gather(1, column.unsqueeze(1)).squeeze(1)  # the candidates' vocabulary ids
 
 
 def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):

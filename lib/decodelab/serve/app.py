@@ -38,6 +38,7 @@ from decodelab.decoding.detokenize import IncrementalDetokenizer, sample_detoken
 from decodelab.decoding.request import Completion, TokenLogprob
 from decodelab.engine.async_engine import BATCHING, AsyncEngine, EngineFailed, QueueFull, RequestStream
 from decodelab.engine.engine import CheckedRequest, Engine, TokenEvent
+from decodelab.sampling.counter_rng import RNGS
 from decodelab.serve.chat import render_chat, resolve_chat_template
 from decodelab.serve.protocol import (UNSUPPORTED_CHAT_FIELDS, ChatCompletionRequest, CompletionRequest,
                                        SamplingFields, chat_choice_json, chat_completion_json, chat_id,
@@ -397,6 +398,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-queue-len", type=int, default=256)
     parser.add_argument("--batching", choices=BATCHING, default="continuous")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the engine")
+    parser.add_argument("--rng", choices=RNGS, default="torch",
+                        help="the requests' random streams: torch (a torch.Generator per seeded request, the book's "
+                             "streams) or counter (counter-based, one hashed uniform per token; the same "
+                             "distributions, other tokens for the same seed; decodelab.sampling.counter_rng)")
     parser.add_argument("--chat-template", default=None,
                         help="a Jinja chat template, or a file holding one, for /v1/chat/completions (default: the "
                              "tokenizer's; the shipped models, which have none, get decodelab.serve.chat.TOY_TURNS)")
@@ -417,12 +422,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"cannot load --model {args.model!r}: {error}")
     try:
         engine = Engine(model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks,
-                        max_num_seqs=args.max_num_seqs)
+                        max_num_seqs=args.max_num_seqs, rng=args.rng)
         template = resolve_chat_template(args.model, tokenizer, args.chat_template)
         app = create_app(engine, args.served_model_name or args.model, args.max_queue_len, args.batching, template)
     except ValueError as error:
         parser.error(str(error))
     print(f"decodelab: serving {args.served_model_name or args.model} at http://{args.host}:{args.port}/v1 "
-          f"({args.batching} batching, up to {args.max_num_seqs} sequences)", file=sys.stderr, flush=True)
+          f"({args.batching} batching, up to {args.max_num_seqs} sequences, {args.rng} random streams)",
+          file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
