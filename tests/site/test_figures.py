@@ -486,7 +486,7 @@ README_SOURCES: dict[str, list[str]] = {
     "### Best-of-n and pass@k": ["chapters/data/07e-best-of-n.json"],
     "### GPU check": ["benchmarks/results/gpu/env.json", "benchmarks/results/gpu/summary.json"],
     "### Where a GPU decode step goes": ["benchmarks/results/gpu/profile_step.json"],
-    "### Counter-based streams": ["benchmarks/results/rng-ab.json"],
+    "### Counter-based streams": ["benchmarks/results/rng-ab.json", "benchmarks/results/sampler-cost-ab.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
