@@ -209,6 +209,10 @@ def test_greedy_equals_transformers_on_cuda(random_llama, prompts):
     alone = engine.generate([prompts[2]], seeded)[0].token_ids
     assert engine.generate(prompts[:3], [GREEDY, GREEDY, seeded])[2].token_ids == alone
     check_all_free(engine)
+    counter = Engine(model, block_size=4, max_num_seqs=5, rng="counter")    # host-made uniforms, GPU search
+    alone = counter.generate([prompts[2]], seeded)[0].token_ids
+    assert counter.generate(prompts[:3], [GREEDY, GREEDY, seeded])[2].token_ids == alone
+    check_all_free(counter)
 
 
 def test_neighbouring_seeds_do_not_share_streams(random_llama):

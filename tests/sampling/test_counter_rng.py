@@ -142,3 +142,18 @@ def test_removed_tokens_are_never_drawn_with_a_huge_vocabulary():
         kept = torch.isfinite(process_logits(logits, params, method=method))
         for _ in range(3):
             assert kept.gather(1, sample(logits, params, streams, method=method).unsqueeze(1)).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("method", METHODS)
+def test_cuda_counter_rows_draw_kept_tokens_and_match_the_cpu(method):
+    """On CUDA the uniforms are made on the host and the cumulative sum and search run on the GPU: the same seeds
+    pick the same tokens as on the CPU (float64 sums of the same probabilities), and only kept tokens."""
+    torch.manual_seed(11)
+    logits = torch.randn(16, 32000) * 3
+    params = [SamplingParams(top_k=k, top_p=p) for k in (0, 40) for p in (0.5, 1.0)] * 4
+    kept = torch.isfinite(process_logits(logits.cuda(), params, method=method))
+    on_gpu = sample(logits.cuda(), params, [make_generator(i, "cuda", "counter") for i in range(16)], method=method)
+    on_cpu = sample(logits, params, [make_generator(i, "cpu", "counter") for i in range(16)], method=method)
+    assert on_gpu.device.type == "cuda" and kept.gather(1, on_gpu.unsqueeze(1)).all()
+    assert (on_gpu.cpu() == on_cpu).float().mean() >= 0.9   # a float32 softmax may round a boundary differently
