@@ -1,6 +1,7 @@
 """Counter-based streams (`decodelab.sampling.counter_rng`): draw i depends on (seed, i) alone, the uniforms are
-uniform, the inverse CDF never draws a removed token, and `sample` with CounterRNG rows draws each row's processed
-distribution (the same chi-square test as the exponential race in test_sampler.py)."""
+uniform, the inverse CDF never draws a removed token, and counter rows keep to themselves in a batch. That `sample`
+with CounterRNG rows draws each row's processed distribution, and never a removed token, is tested beside the
+exponential race in test_sampler.py (parametrized by `rng`)."""
 import math
 
 import numpy as np
@@ -11,12 +12,7 @@ from decodelab.sampling.counter_rng import (CounterRNG, batch_uniforms, categori
                                             uniform)
 from decodelab.sampling.ops.fast_paths import METHODS
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
-
-
-def chi_square_critical(dof: int, quantile_z: float = 3.09) -> float:
-    """Upper 0.999 quantile of chi-square with `dof` degrees of freedom (Wilson-Hilferty approximation)."""
-    h = 2.0 / (9.0 * dof)
-    return dof * (1.0 - h + quantile_z * math.sqrt(h)) ** 3
+from sampling_checks import chi_square_critical
 
 
 def test_a_draw_depends_on_seed_and_offset_alone():
@@ -81,39 +77,6 @@ def test_an_unseeded_counter_stream_follows_torch_manual_seed():
     assert make_generator(None, rng="counter").seed != first.seed
 
 
-def peaked_logits(vocab_size: int) -> torch.Tensor:
-    """Eight likely tokens spread over the vocabulary and a long unlikely tail, [1, V]."""
-    gen = torch.Generator().manual_seed(4)
-    logits = torch.randn(1, vocab_size, generator=gen) - 12.0
-    logits[0, torch.arange(8) * (vocab_size // 8) + 3] = torch.tensor([3.0, 2.6, 2.2, 1.9, 1.5, 1.0, 0.4, 0.0])
-    return logits
-
-
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("params", [
-    SamplingParams(top_p=0.85), SamplingParams(top_k=5, temperature=0.7), SamplingParams(min_p=0.1, top_p=0.95),
-    SamplingParams(temperature=1.3),
-], ids=["top_p", "top_k+temperature", "min_p+top_p", "temperature"])
-def test_counter_rows_draw_the_processed_distribution(method, params):
-    torch.manual_seed(5)
-    logits = peaked_logits(1024)
-    expected = process_logits(logits, params, method=method).softmax(-1)[0]  # [V]
-    rows = 2000
-    streams = [make_generator(seed, rng="counter") for seed in range(rows)]   # one seeded stream per row
-    counts = torch.zeros(1024)
-    for _ in range(4):
-        counts += torch.bincount(sample(logits.expand(rows, -1), params, streams, method=method), minlength=1024)
-    total = 4 * rows
-    assert counts[expected == 0].sum() == 0, "a token of probability 0 was drawn"
-    kept = (expected > 0).nonzero().flatten()
-    likely = kept[expected[kept] * total >= 5]  # cells with enough expected counts; the rest are pooled
-    observed = torch.cat([counts[likely], counts[kept].sum(0, keepdim=True) - counts[likely].sum()])
-    wanted = torch.cat([expected[likely], expected[kept].sum(0, keepdim=True) - expected[likely].sum()]) * total
-    observed, wanted = observed[wanted > 0], wanted[wanted > 0]
-    statistic = float(((observed - wanted) ** 2 / wanted).sum())
-    assert statistic < chi_square_critical(len(wanted) - 1), (statistic, observed.tolist(), wanted.tolist())
-
-
 @pytest.mark.parametrize("method", METHODS)
 def test_counter_rows_do_not_depend_on_the_batch_and_mix_with_torch_rows(method):
     torch.manual_seed(7)
@@ -131,17 +94,6 @@ def test_counter_rows_do_not_depend_on_the_batch_and_mix_with_torch_rows(method)
     assert shared == alone and len(set(alone)) > 1
     torch_stream = make_generator(42)
     assert [int(sample(row, [mine], [torch_stream], method=method)) for _ in range(8)] != alone
-
-
-def test_removed_tokens_are_never_drawn_with_a_huge_vocabulary():
-    torch.manual_seed(6)
-    logits = torch.randn(64, 40000) * 3
-    params = [SamplingParams(top_k=k, top_p=p) for k in (0, 3, 40, 400) for p in (0.1, 0.5, 0.9, 1.0)] * 4
-    streams = [make_generator(None, rng="counter") for _ in params]
-    for method in METHODS:
-        kept = torch.isfinite(process_logits(logits, params, method=method))
-        for _ in range(3):
-            assert kept.gather(1, sample(logits, params, streams, method=method).unsqueeze(1)).all()
 
 
 @pytest.mark.cuda

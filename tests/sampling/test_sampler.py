@@ -1,5 +1,4 @@
 """decodelab.sampling.sampler: parameters, processing against transformers, sampling statistics, seeds, bad input."""
-import math
 import random
 
 import pytest
@@ -14,6 +13,7 @@ from transformers.generation.logits_process import (
 )
 
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
+from sampling_checks import chi_square_critical, peaked_logits
 
 METHODS = ["fast", "sort"]
 
@@ -160,33 +160,23 @@ def test_greedy_with_penalty_picks_the_penalised_argmax():
 
 # ---------------------------------------------------------------- sampling statistics
 
-def chi_square_critical(dof: int, quantile_z: float = 3.09) -> float:
-    """Upper 0.999 quantile of chi-square with `dof` degrees of freedom (Wilson-Hilferty approximation)."""
-    h = 2.0 / (9.0 * dof)
-    return dof * (1.0 - h + quantile_z * math.sqrt(h)) ** 3
-
-
-def peaked_logits(vocab_size: int) -> torch.Tensor:
-    """Eight likely tokens spread over the vocabulary and a long unlikely tail, [1, V]."""
-    gen = torch.Generator().manual_seed(4)
-    logits = torch.randn(1, vocab_size, generator=gen) - 12.0
-    logits[0, torch.arange(8) * (vocab_size // 8) + 3] = torch.tensor([3.0, 2.6, 2.2, 1.9, 1.5, 1.0, 0.4, 0.0])
-    return logits
-
-
+@pytest.mark.parametrize("rng", ["torch", "counter"])
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("params", [
     SamplingParams(top_p=0.85), SamplingParams(top_k=5, temperature=0.7), SamplingParams(min_p=0.1, top_p=0.95),
     SamplingParams(temperature=1.3),
 ], ids=["top_p", "top_k+temperature", "min_p+top_p", "temperature"])
-def test_sampled_frequencies_match_the_processed_distribution(method, params):
+def test_sampled_frequencies_match_the_processed_distribution(method, params, rng):
+    """With torch's global RNG (the exponential race), and with one seeded counter stream per row (the inverse CDF,
+    decodelab.sampling.counter_rng)."""
     torch.manual_seed(5)
     logits = peaked_logits(1024)
     expected = process_logits(logits, params, method=method).softmax(-1)[0]  # [V]
     draws, rows = 4, 2000
+    streams = None if rng == "torch" else [make_generator(seed, rng=rng) for seed in range(rows)]
     counts = torch.zeros(1024)
     for _ in range(draws):
-        tokens = sample(logits.expand(rows, -1), params, method=method)
+        tokens = sample(logits.expand(rows, -1), params, streams, method=method)
         counts += torch.bincount(tokens, minlength=1024)
     total = draws * rows
     assert counts[expected == 0].sum() == 0, "a token of probability 0 was drawn"
@@ -199,14 +189,16 @@ def test_sampled_frequencies_match_the_processed_distribution(method, params):
     assert statistic < chi_square_critical(len(wanted) - 1), (statistic, observed.tolist(), wanted.tolist())
 
 
-def test_zero_probability_tokens_are_never_drawn_with_a_huge_vocabulary():
+@pytest.mark.parametrize("rng", ["torch", "counter"])
+def test_zero_probability_tokens_are_never_drawn_with_a_huge_vocabulary(rng):
     torch.manual_seed(6)
     logits = torch.randn(64, 40000) * 3
     params = [SamplingParams(top_k=k, top_p=p) for k in (0, 3, 40, 400) for p in (0.1, 0.5, 0.9, 1.0)] * 4
+    streams = None if rng == "torch" else [make_generator(None, rng=rng) for _ in params]
     for method in METHODS:
         kept = torch.isfinite(process_logits(logits, params, method=method))
         for _ in range(3):
-            tokens = sample(logits, params, method=method)
+            tokens = sample(logits, params, streams, method=method)
             assert kept.gather(1, tokens.unsqueeze(1)).all()
 
 
