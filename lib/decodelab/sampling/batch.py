@@ -90,7 +90,7 @@ class SamplingBatch:
         if key not in self._memo:
             values = self.values(name)
             off = 0 if name == "top_k" else COLUMNS[name]
-            self._memo[key] = any(values[i] != off for i in (range(len(self)) if rows is None else rows))
+            self._memo[key] = any(values[i] != off for i in (range(len(self)) if rows is None else key[2]))
         return self._memo[key]
 
     def column(self, name: str, dtype: torch.dtype) -> torch.Tensor:

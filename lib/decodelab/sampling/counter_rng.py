@@ -7,7 +7,9 @@ for `argmax(p / E)`: on a CPU that is tens of nanoseconds per vocabulary entry, 
 row draws one uniform u instead and takes the token where u falls in the cumulative distribution (the inverse CDF, as
 FlashInfer's sampling kernels do): token j with probability p_j, the same distribution by another route, so the same
 seed gives other tokens than with `rng="torch"`. What the course promises of a seed still holds: a row's draws depend
-on its seed and on how many draws it has made, never on the batch, a preemption or the request's other samples.
+on its seed and on how many draws it has made, not on the batch, a preemption or the request's other samples (up to
+the rounding of a top-k group's softmax, whose width is the group's largest k: a change near 1e-7 in a probability,
+for either kind of stream).
 
     >>> rngs = [CounterRNG(7), CounterRNG(7), CounterRNG(8)]
     >>> u = batch_uniforms(rngs)                  # one float64 per row, each stream advanced by one
@@ -21,6 +23,7 @@ Taught in: chapters/03-strategies.ipynb (the sampler's note on seeds); measured 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -95,13 +98,22 @@ def random_seed() -> int:
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tensor:
     """The column of each row of `probs` `[n, K]` (non-negative, any positive total) where `u` `[n]` (float64 in
     [0, 1), a tensor or the numpy array `batch_uniforms` returns) falls: the first j with cdf_j >= (1 - u) * total,
-    LongTensor `[n]`. The target is in (0, total], and a column of probability 0 repeats its left neighbour's cdf, so
-    it is never the first: a removed token is never drawn. The cumulative sum is taken in float64, so a token of
-    probability 1e-12 keeps its share."""
-    cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
+    LongTensor `[n]`. The cumulative sum is taken in float64, so a token of probability 1e-12 keeps its share.
+
+    A removed token is never drawn: a column of probability 0 gets -inf and then its left neighbour's value from a
+    running maximum, so it equals that neighbour exactly (a GPU's parallel scan adds neighbouring prefixes in
+    different orders and could otherwise leave it one rounding step above) and is never the first to reach a
+    target >= 0 (which (1 - u) * total is, even when a tiny total rounds it to 0)."""
+    if probs.dim() != 2 or len(u) != probs.shape[0]:
+        raise ValueError(f"inverse_cdf needs probs [n, K] and one u per row, got {tuple(probs.shape)} and {len(u)}")
+    inside = np.all((u >= 0.0) & (u < 1.0)) if isinstance(u, np.ndarray) else ((u >= 0) & (u < 1)).all()
+    if not bool(inside):   # a NaN fails too
+        raise ValueError(f"u must lie in [0, 1), got {u!r:.200}")
     rest = torch.from_numpy(1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u.to(torch.float64)   # 1 - u, [n]
-    target = cdf[:, -1:] * rest.to(cdf.device).view(-1, 1)                               # [n, 1], in (0, total]
-    return torch.searchsorted(cdf, target).view(-1)  # target <= total: never past the last column
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
+    cdf = torch.where(probs > 0, cdf, -math.inf).cummax(dim=-1).values                     # monotone; 0 -> neighbour
+    target = cdf[:, -1:] * rest.to(cdf.device).view(-1, 1)                               # [n, 1], in [0, total]
+    return torch.searchsorted(cdf, target).view(-1)  # target <= the last value: never past the last column
 
 
 def uniform(generator: torch.Generator | CounterRNG | None) -> float:
