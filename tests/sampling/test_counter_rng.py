@@ -134,3 +134,25 @@ def test_inverse_cdf_refuses_u_outside_the_unit_interval(u):
         inverse_cdf(torch.tensor([[0.5, 0.5]]), u)
     with pytest.raises(ValueError, match="one u per row"):
         inverse_cdf(torch.tensor([[0.5, 0.5]]), np.array([0.1, 0.2]))
+
+
+def test_the_gpu_guard_flattens_zero_columns_a_parallel_scan_left_a_step_above():
+    """What inverse_cdf does on a GPU (not on the CPU, whose running sum adds in order): a cdf whose zero columns a
+    scan left one rounding step above their neighbour, or below it, becomes flat there and monotone."""
+    from decodelab.sampling.counter_rng import _zero_columns_flat
+
+    torch.manual_seed(3)
+    probs = torch.softmax(torch.randn(32, 500) * 3, dim=-1).masked_fill(torch.rand(32, 500) < 0.5, 0.0)
+    probs[:, 0] = 0.0                                                        # a removed first token too
+    exact = probs.cumsum(dim=-1, dtype=torch.float64)
+    wobble = torch.where(torch.rand(32, 500) < 0.5, 1.0, -1.0) * 1e-16     # about one rounding step of a cdf near 1
+    scanned = torch.where(probs > 0, exact, exact + wobble)
+    flat = _zero_columns_flat(scanned, probs)
+    assert bool((flat[:, 1:] >= flat[:, :-1]).all()) and bool(torch.isneginf(flat[:, 0]).all())
+    zero = (probs[:, 1:] == 0)
+    assert torch.equal(flat[:, 1:][zero], flat[:, :-1][zero])               # equal to the left neighbour
+    u = torch.linspace(0, 1, 1001, dtype=torch.float64)[:-1]
+    for row in range(32):
+        target = flat[row, -1] * (1.0 - u)
+        chosen = torch.searchsorted(flat[row].expand(len(u), -1).contiguous(), target[:, None]).flatten()
+        assert bool((probs[row, chosen] > 0).all())

@@ -37,6 +37,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 _STREAM = np.uint64(0xD1B54A32D192ED03)  # separates the key's mix from the counter's
+_SMALLEST = math.ulp(0.0)  # the smallest positive double, 5e-324
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -100,10 +101,11 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
     [0, 1), a tensor or the numpy array `batch_uniforms` returns) falls: the first j with cdf_j >= (1 - u) * total,
     LongTensor `[n]`. The cumulative sum is taken in float64, so a token of probability 1e-12 keeps its share.
 
-    A removed token is never drawn: a column of probability 0 gets -inf and then its left neighbour's value from a
-    running maximum, so it equals that neighbour exactly (a GPU's parallel scan adds neighbouring prefixes in
-    different orders and could otherwise leave it one rounding step above) and is never the first to reach a
-    target >= 0 (which (1 - u) * total is, even when a tiny total rounds it to 0)."""
+    A removed token is never drawn: a column of probability 0 holds its left neighbour's cdf exactly, so it is never
+    the first to reach a target > 0 (the target is raised to the smallest positive double when a tiny total rounds
+    it to 0). On the CPU the running sum adds in order, which gives that equality; a GPU's parallel scan adds
+    neighbouring prefixes in different orders, so there a zero column is set to -inf and given its left neighbour's
+    value by a running maximum (two more passes, not needed on the CPU)."""
     if probs.dim() != 2 or len(u) != probs.shape[0]:
         raise ValueError(f"inverse_cdf needs probs [n, K] and one u per row, got {tuple(probs.shape)} and {len(u)}")
     inside = np.all((u >= 0.0) & (u < 1.0)) if isinstance(u, np.ndarray) else ((u >= 0) & (u < 1)).all()
@@ -111,9 +113,16 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
         raise ValueError(f"u must lie in [0, 1), got {u!r:.200}")
     rest = torch.from_numpy(1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u.to(torch.float64)   # 1 - u, [n]
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
-    cdf = torch.where(probs > 0, cdf, -math.inf).cummax(dim=-1).values                     # monotone; 0 -> neighbour
-    target = cdf[:, -1:] * rest.to(cdf.device).view(-1, 1)                               # [n, 1], in [0, total]
+    if cdf.device.type != "cpu":
+        cdf = _zero_columns_flat(cdf, probs)
+    target = (cdf[:, -1:] * rest.to(cdf.device).view(-1, 1)).clamp_min_(_SMALLEST)      # [n, 1], in (0, total]
     return torch.searchsorted(cdf, target).view(-1)  # target <= the last value: never past the last column
+
+
+def _zero_columns_flat(cdf: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """`cdf` `[n, K]` made monotone, with every column of probability 0 equal to its left neighbour (-inf before
+    the first positive one), whatever order the scan added in."""
+    return torch.where(probs > 0, cdf, -math.inf).cummax(dim=-1).values
 
 
 def uniform(generator: torch.Generator | CounterRNG | None) -> float:
