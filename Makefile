@@ -111,6 +111,7 @@ model: venv
 bench: venv
 	$(BIN)/python benchmarks/sampling.py
 	$(BIN)/python benchmarks/serving.py
+	$(BIN)/python benchmarks/rng_ab.py
 	$(BIN)/python benchmarks/attention.py
 	$(BIN)/python benchmarks/roofline.py
 	$(BIN)/python benchmarks/speculative.py
