@@ -131,7 +131,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "t
     timed(engine.drawer, "sample", "sample")
     timed(sampling, "_exponential_noise", "sample: noise")   # module functions: put back below
     timed(sampling, "batch_uniforms", "sample: noise")        # the counter-based draw: the uniforms ...
-    timed(sampling, "inverse_cdf", "sample: noise")           # ... and where they fall
+    timed(sampling, "_draw_columns", "sample: noise")          # ... and where they fall
     try:
         for i, (prompt, out) in enumerate(requests):
             engine.add_request(prompt, SamplingParams(temperature=1.0, seed=i if seeded else None, max_tokens=out,
@@ -374,7 +374,7 @@ def main() -> None:
                            (f"seeded, random Llama hidden {wide_shape[0]} x {wide_shape[1]} layers "
                             f"({overhead_wide['parameters'] / 1e6:.0f}M parameters)", overhead_wide),
                            ("seeded, rng='counter'", counter), ("unseeded, rng='counter'", counter_unseeded),
-                           (f"seeded, rng='counter', the random Llama", counter_wide))],
+                           ("seeded, rng='counter', the random Llama", counter_wide))],
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
                                            f"same outputs: {prefix['same_outputs']}"),

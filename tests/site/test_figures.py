@@ -301,7 +301,6 @@ PAGE_ALLOWED: dict[str, dict[str, str]] = {
     "*": {"95%": "the confidence level of the intervals (95% 区间), a setting of the method, not a result"},
     "00-intro": {
         **dict.fromkeys(["0.95", "1.5", "0.1", "90%"], _PARAMETER),
-        "60%": "a rule of the document language's grammar (how often a {PERSON} slot names the hero), a definition",
         "3.10": "the Python version the course needs",
     },
     "08-choosing-parameters": {

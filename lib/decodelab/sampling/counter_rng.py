@@ -36,7 +36,7 @@ RNGS = ("torch", "counter")
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-_STREAM = np.uint64(0xD1B54A32D192ED03)  # separates the key's mix from the counter's
+_STREAM = np.uint64(0xD1B54A32D192ED03)  # xored into the seed before its mix, so that seed 0's key is not 0
 _SMALLEST = math.ulp(0.0)  # the smallest positive double, 5e-324
 
 
@@ -59,7 +59,7 @@ def _uniforms(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 class CounterRNG:
     """The random stream of one sample: `seed` (an int in [0, 2**63)) and `offset`, the draws made so far. Draw i is
     a function of (seed, i) alone. The key is a mix of the seed, so neighbouring seeds start far apart in SplitMix64's
-sequence. `device` is where the rows it draws for live (the draws are made on the host).
+    sequence. `device` is where the rows it draws for live (the draws are made on the host).
 
     `make_generator(seed, device, rng="counter")` makes one; `sample`, the engine and speculative decoding accept it
     wherever they accept a `torch.Generator`."""
@@ -111,7 +111,13 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
     inside = np.all((u >= 0.0) & (u < 1.0)) if isinstance(u, np.ndarray) else ((u >= 0) & (u < 1)).all()
     if not bool(inside):   # a NaN fails too
         raise ValueError(f"u must lie in [0, 1), got {u!r:.200}")
-    rest = torch.from_numpy(1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u.to(torch.float64)   # 1 - u, [n]
+    return _draw_columns(probs, u if isinstance(u, np.ndarray) else u.to(torch.float64))
+
+
+def _draw_columns(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """`inverse_cdf` without its checks, for `u` that `batch_uniforms` made (in range, one per row by construction):
+    the sampler's hot path, once per step."""
+    rest = torch.from_numpy(1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u   # 1 - u, [n]
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
     if cdf.device.type != "cpu":
         cdf = _zero_columns_flat(cdf, probs)
@@ -135,7 +141,7 @@ def uniform(generator: torch.Generator | CounterRNG | None) -> float:
 def categorical(probs: torch.Tensor, generator: torch.Generator | CounterRNG | None) -> int:
     """One index drawn from `probs` `[V]` (non-negative, any positive total) with `generator`."""
     if isinstance(generator, CounterRNG):
-        return int(inverse_cdf(probs.unsqueeze(0), batch_uniforms([generator]))[0])
+        return int(_draw_columns(probs.unsqueeze(0), batch_uniforms([generator]))[0])
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

@@ -28,7 +28,7 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from decodelab.sampling.counter_rng import CounterRNG, batch_uniforms, check_rng, inverse_cdf, random_seed
+from decodelab.sampling.counter_rng import CounterRNG, batch_uniforms, check_rng, _draw_columns, random_seed
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
@@ -36,7 +36,7 @@ from decodelab.sampling.processors import RowGroup, apply_processors
 from decodelab.sampling.batch import SamplingBatch, as_batch
 from decodelab.sampling.constraints import apply_constraints
 from decodelab.sampling.ops.topk import chunk_maxima
-from decodelab.sampling.truncation import NEG_INF, take_rows
+from decodelab.sampling.truncation import NEG_INF, all_rows, take_rows
 from decodelab.validation import check_int
 
 _MASK64 = (1 << 64) - 1
@@ -208,16 +208,16 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         rows = list(batch.argmax_rows)
         tokens[torch.tensor(rows, device=x.device)] = take_rows(x, rows).argmax(dim=-1)
     routes = fast_paths.routes(batch, method, sampling=True)
-    if routes.rejection and any(isinstance(generators[i], CounterRNG) for i in routes.rejection):
-        routes = fast_paths.densify(routes, [i for i in routes.rejection if isinstance(generators[i], CounterRNG)])
+    counter_rejection = [i for i in routes.rejection if isinstance(generators[i], CounterRNG)]
+    if counter_rejection:
+        routes = fast_paths.densify(routes, counter_rejection)
     groups = _groups(x, batch, routes, chunk_max)
     if routes.rejection:
         drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators, chunk_max)
         tokens[torch.tensor(routes.rejection, device=x.device)] = drawn
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
-    if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and len(groups[0].rows) == len(batch) \
-            and list(groups[0].rows) == list(range(len(batch))):
+    if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
         return _draw(groups[0], generators)  # one group of every row in order (a plain batch): its draw is the answer
     for group in groups:
         tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators)
@@ -252,14 +252,14 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
     rows = [generators[i] for i in group.rows]
     counter = [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
     if len(counter) == len(rows):  # every row counter-based: one hash, one cumulative sum, one search
-        column = inverse_cdf(probs, batch_uniforms(rows))
+        column = _draw_columns(probs, batch_uniforms(rows))
     elif not counter:
         column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
         others = [j for j, g in enumerate(rows) if not isinstance(g, CounterRNG)]
         column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
         part = take_rows(probs, counter)
-        column[torch.tensor(counter, device=probs.device)] = inverse_cdf(
+        column[torch.tensor(counter, device=probs.device)] = _draw_columns(
             part, batch_uniforms([rows[j] for j in counter]))
         part = take_rows(probs, others)
         noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])

@@ -19,10 +19,15 @@ import torch
 NEG_INF = float("-inf")
 
 
+def all_rows(rows, num_rows: int) -> bool:
+    """Whether `rows` names every one of `num_rows` rows once, in order (repeats or another order do not)."""
+    return len(rows) == num_rows and list(rows) == list(range(num_rows))
+
+
 def take_rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """`x[rows]` without a copy when `rows` are all rows in order (the common case), else one `index_select`."""
-    if len(rows) == x.shape[0] and list(rows) == list(range(x.shape[0])):
-        return x  # every row once, in order; any other list (repeats, another order) is a real selection
+    if all_rows(rows, x.shape[0]):
+        return x
     return x.index_select(0, torch.tensor(rows, dtype=torch.long, device=x.device))
 
 
