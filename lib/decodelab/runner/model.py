@@ -12,79 +12,15 @@ import itertools
 from dataclasses import dataclass
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from decodelab.kv.contiguous_cache import model_kv_shape
 from decodelab.runner import triton_attention
 from decodelab.runner.attention import paged_attention, visible_keys, write_kv
-from decodelab.kv.contiguous_cache import model_kv_shape
+from decodelab.runner.step_batch import StepBatch
 
 ATTENTION_BACKENDS = ("torch", "triton")
-
-
-@dataclass(frozen=True)
-class StepBatch:
-    """Where this step's T flat tokens of B sequences go. Build it with `StepBatch.build`."""
-    input_ids: torch.Tensor        # [T] long
-    positions: torch.Tensor        # [T] long, position of each token in its sequence
-    slot_mapping: torch.Tensor     # [T] long, slot = block_id × block_size + offset
-    query_index: torch.Tensor      # [B, Q] long, flat index of each sequence's q-th new token (0 for padding)
-    query_valid: torch.Tensor      # [B, Q] bool, False for padding
-    query_positions: torch.Tensor  # [B, Q] long
-    block_tables: torch.Tensor     # [B, max_blocks] long, padded with 0
-    context_lens: torch.Tensor     # [B] long
-    last_index: torch.Tensor       # [B] long, flat index of each sequence's last token (its logits are sampled)
-    valid_rows: torch.Tensor       # [T] long, row of each token in the padded [B * Q] layout (query_valid's True
-                                   # rows, in token order): a long index, where the boolean mask would make the
-                                   # GPU report its count to the host (a synchronisation) in every layer
-
-    @staticmethod
-    def build(sequences: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
-              device: torch.device | str = "cpu") -> StepBatch:
-        """sequences: one (new_token_ids, start_position, slots_of_new_tokens, block_ids) per sequence.
-
-        Every index goes into one flat list in one pass, which becomes one tensor through numpy (one copy to
-        `device`; `torch.tensor` of a list costs tens of nanoseconds per element); the fields are views of it."""
-        if not sequences:
-            raise ValueError("sequences must name at least one, got an empty list")
-        num_seqs = len(sequences)
-        num_queries = max(len(tokens) for tokens, *_ in sequences)
-        max_blocks = max(len(blocks) for *_, blocks in sequences)
-        input_ids, positions, slots, context_lens, last, lengths = [], [], [], [], [], []
-        query_index, query_positions, tables, valid_rows = [], [], [], []
-        padding = [0] * max(num_queries, max_blocks)
-        for tokens, start, token_slots, blocks in sequences:
-            count = len(tokens)
-            if not count or len(token_slots) != count:
-                raise ValueError(f"each sequence needs >= 1 token and one slot per token, got {count} tokens "
-                                 f"and {len(token_slots)} slots")
-            first, end = len(input_ids), start + count
-            input_ids += tokens
-            positions += range(start, end)
-            slots += token_slots
-            query_index += range(first, first + count)
-            row = len(context_lens) * num_queries                                  # this sequence's first padded row
-            valid_rows += range(row, row + count)
-            query_positions += range(start, end)
-            if count < num_queries:
-                query_index += padding[:num_queries - count]
-                query_positions += padding[:num_queries - count]
-            tables += blocks
-            tables += padding[:max_blocks - len(blocks)]
-            context_lens.append(end)
-            last.append(first + count - 1)
-            lengths.append(count)
-        num_tokens = len(input_ids)
-        flat = torch.from_numpy(np.array(input_ids + positions + slots + query_index + query_positions + tables
-                                         + context_lens + last + lengths + valid_rows, dtype=np.int64)).to(device)
-        (input_ids, positions, slots, query_index, query_positions, tables, context_lens, last,
-         lengths, valid_rows) = flat.split([num_tokens] * 3 + [num_seqs * num_queries] * 2 + [num_seqs * max_blocks]
-                                           + [num_seqs] * 3 + [num_tokens])
-        query_valid = torch.arange(num_queries, device=device) < lengths[:, None]           # [B, Q]
-        return StepBatch(input_ids, positions, slots, query_index.view(num_seqs, num_queries), query_valid,
-                         query_positions.view(num_seqs, num_queries), tables.view(num_seqs, max_blocks),
-                         context_lens, last, valid_rows)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -192,15 +128,31 @@ class PagedLlama:
         come back, sequence after sequence: `[sum(1 + len(d) for d in drafts), V]`."""
         for src, dst in plan.copies:
             kv_cache[:, :, dst] = kv_cache[:, :, src]
+        scheduled = plan.scheduled
+        if drafts is None and plan.kind == "decode":
+            return self.forward(self.decode_batch(scheduled), kv_cache)
         if drafts is None:
-            sequences = [(sched.token_ids, sched.start, sched.slots, sched.seq.table.block_ids) for sched in plan.scheduled]
+            sequences = [(sched.token_ids, sched.start, sched.slots, sched.seq.table.block_ids) for sched in scheduled]
             return self.forward(StepBatch.build(sequences, self.device), kv_cache)
         sequences = []
-        for sched, extra in zip(plan.scheduled, drafts, strict=True):
+        for sched, extra in zip(scheduled, drafts, strict=True):
             first = sched.start + len(sched.token_ids)            # position of the first draft
             slots = sched.slots + [sched.seq.table.slot(first + i) for i in range(len(extra))]
             sequences.append((sched.token_ids + list(extra), sched.start, slots, sched.seq.table.block_ids))
         return self.forward(StepBatch.build(sequences, self.device), kv_cache, all_logits=True)
+
+    def decode_batch(self, scheduled: Sequence) -> StepBatch:
+        """The `StepBatch` of a decode step of `scheduled` (`ScheduledSeq`s, one new token and one slot each), by
+        `StepBatch.decode`: padded anew every step. Keeping the padded tables from step to step (vLLM's persistent
+        `InputBatch`) was measured beside it in the engine (`benchmarks/step_batch.py`) and did not pay here: the
+        rows to move when sequences finish and join cost as much as the padding they save."""
+        token_ids = [token for sched in scheduled for token in sched.token_ids]
+        slots = [slot for sched in scheduled for slot in sched.slots]
+        if len(token_ids) != len(scheduled) or len(slots) != len(scheduled):
+            raise ValueError(f"a decode step feeds one token into one slot per sequence, got {len(scheduled)} "
+                             f"sequences, {len(token_ids)} tokens and {len(slots)} slots")
+        return StepBatch.decode(token_ids, [sched.start for sched in scheduled], slots,
+                                [sched.seq.table.block_ids for sched in scheduled], self.device)
 
     @torch.inference_mode()
     def execute_with_prompt_logits(self, plan, kv_cache: torch.Tensor,

@@ -1,0 +1,122 @@
+"""Where one engine step's tokens go: `StepBatch`, the flat index tensors a forward over the paged KV cache reads
+(token ids, positions, slots, the padded per-sequence queries, block tables, context lengths, last-token rows).
+`StepBatch.build` takes any mix of prefill and decode sequences; `StepBatch.decode` a decode step's, one token each
+(`PagedLlama.decode_batch`; the two are compared, with a persistent batch, in benchmarks/step_batch.py).
+
+Read by `decodelab.runner.model.PagedLlama.forward`; the layout is chapter 07's (slots, block tables).
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Where this step's T flat tokens of B sequences go. Build it with `StepBatch.build`."""
+    input_ids: torch.Tensor        # [T] long
+    positions: torch.Tensor        # [T] long, position of each token in its sequence
+    slot_mapping: torch.Tensor     # [T] long, slot = block_id × block_size + offset
+    query_index: torch.Tensor      # [B, Q] long, flat index of each sequence's q-th new token (0 for padding)
+    query_valid: torch.Tensor      # [B, Q] bool, False for padding
+    query_positions: torch.Tensor  # [B, Q] long
+    block_tables: torch.Tensor     # [B, max_blocks] long, padded with 0
+    context_lens: torch.Tensor     # [B] long
+    last_index: torch.Tensor       # [B] long, flat index of each sequence's last token (its logits are sampled)
+    valid_rows: torch.Tensor       # [T] long, row of each token in the padded [B * Q] layout (query_valid's True
+                                   # rows, in token order): a long index, where the boolean mask would make the
+                                   # GPU report its count to the host (a synchronisation) in every layer
+
+    @staticmethod
+    def build(sequences: Sequence[tuple[Sequence[int], int, Sequence[int], Sequence[int]]],
+              device: torch.device | str = "cpu") -> StepBatch:
+        """sequences: one (new_token_ids, start_position, slots_of_new_tokens, block_ids) per sequence.
+
+        Every index goes into one flat list in one pass, which becomes one tensor through numpy (one copy to
+        `device`; `torch.tensor` of a list costs tens of nanoseconds per element); the fields are views of it."""
+        if not sequences:
+            raise ValueError("sequences must name at least one, got an empty list")
+        num_seqs = len(sequences)
+        num_queries = max(len(tokens) for tokens, *_ in sequences)
+        max_blocks = max(len(blocks) for *_, blocks in sequences)
+        input_ids, positions, slots, context_lens, last, lengths = [], [], [], [], [], []
+        query_index, query_positions, tables, valid_rows = [], [], [], []
+        padding = [0] * max(num_queries, max_blocks)
+        for tokens, start, token_slots, blocks in sequences:
+            count = len(tokens)
+            if not count or len(token_slots) != count:
+                raise ValueError(f"each sequence needs >= 1 token and one slot per token, got {count} tokens "
+                                 f"and {len(token_slots)} slots")
+            first, end = len(input_ids), start + count
+            input_ids += tokens
+            positions += range(start, end)
+            slots += token_slots
+            query_index += range(first, first + count)
+            row = len(context_lens) * num_queries                                  # this sequence's first padded row
+            valid_rows += range(row, row + count)
+            query_positions += range(start, end)
+            if count < num_queries:
+                query_index += padding[:num_queries - count]
+                query_positions += padding[:num_queries - count]
+            tables += blocks
+            tables += padding[:max_blocks - len(blocks)]
+            context_lens.append(end)
+            last.append(first + count - 1)
+            lengths.append(count)
+        num_tokens = len(input_ids)
+        flat = torch.from_numpy(np.array(input_ids + positions + slots + query_index + query_positions + tables
+                                         + context_lens + last + lengths + valid_rows, dtype=np.int64)).to(device)
+        (input_ids, positions, slots, query_index, query_positions, tables, context_lens, last,
+         lengths, valid_rows) = flat.split([num_tokens] * 3 + [num_seqs * num_queries] * 2 + [num_seqs * max_blocks]
+                                           + [num_seqs] * 3 + [num_tokens])
+        query_valid = torch.arange(num_queries, device=device) < lengths[:, None]           # [B, Q]
+        return StepBatch(input_ids, positions, slots, query_index.view(num_seqs, num_queries), query_valid,
+                         query_positions.view(num_seqs, num_queries), tables.view(num_seqs, max_blocks),
+                         context_lens, last, valid_rows)
+
+    @staticmethod
+    def decode(token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int],
+               block_tables: Sequence[Sequence[int]] | np.ndarray, device: torch.device | str = "cpu") -> StepBatch:
+        """A decode step's batch, equal to `build` of `(([token_ids[b]], positions[b], [slots[b]], block_tables[b])
+        for b ...)`: one new token per sequence. `block_tables` is one list of block ids per sequence, or the tables
+        already padded with 0 as an int64 array `[B, max_blocks]` (what `decodelab.runner.decode_batch.DecodeBatch`
+        keeps from step to step). The inputs go through one host array; the fields that are the same for every decode
+        step of B sequences (sequence b's only query is flat token b, its last) are shared tensors, made once per
+        (B, device), to be read, never written."""
+        num_seqs = len(token_ids)
+        if not num_seqs or not (len(positions) == len(slots) == len(block_tables) == num_seqs):
+            raise ValueError(f"decode needs one token, position, slot and block table per sequence (at least one), "
+                             f"got {num_seqs}, {len(positions)}, {len(slots)} and {len(block_tables)}")
+        head = np.array([*token_ids, *positions, *slots, *(p + 1 for p in positions)], dtype=np.int64)
+        if head[num_seqs:2 * num_seqs].min() < 0:
+            raise ValueError(f"positions must be >= 0, got {list(positions)!r:.200}")
+        if isinstance(block_tables, np.ndarray):
+            if block_tables.ndim != 2 or block_tables.dtype != np.int64:
+                raise ValueError(f"block_tables as an array must be int64 [B, max_blocks], got {block_tables.dtype} "
+                                 f"{block_tables.shape}")
+            max_blocks, tables = block_tables.shape[1], block_tables.ravel()
+        else:
+            max_blocks = max(map(len, block_tables))
+            tables = []
+            for table in block_tables:
+                tables += table
+                if len(table) < max_blocks:
+                    tables += [0] * (max_blocks - len(table))
+            tables = np.array(tables, dtype=np.int64)
+        flat = torch.from_numpy(np.concatenate([head, tables])).to(device)
+        input_ids, positions_t, slots_t, context_lens, tables_t = flat.split([num_seqs] * 4 + [num_seqs * max_blocks])
+        rows, query_valid = _decode_rows(num_seqs, torch.device(device))
+        return StepBatch(input_ids, positions_t, slots_t, rows.view(num_seqs, 1), query_valid,
+                         positions_t.view(num_seqs, 1), tables_t.view(num_seqs, max_blocks), context_lens, rows, rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _decode_rows(num_seqs: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """What every decode batch of `num_seqs` sequences shares: `arange(B)` (flat token b is sequence b's query, its
+    last token and its padded row) and an all-True `[B, 1]` query mask."""
+    return (torch.arange(num_seqs, device=device),
+            torch.ones(num_seqs, 1, dtype=torch.bool, device=device))
