@@ -263,6 +263,9 @@ class Engine:
         sample's finish reason belongs to the last token it appended."""
         events = []
         for (_, seq), tokens, logprobs, reason in zip(plan.samples, update.tokens, update.logprobs, update.reasons):
+            if len(tokens) == 1:                       # the common step: one token per sample
+                events.append(TokenEvent(seq.request_id, seq.sample_index, tokens[0], logprobs[0], reason))
+                continue
             last = len(tokens) - 1
             events += [TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason if i == last else None)
                        for i, (token, logprob) in enumerate(zip(tokens, logprobs))]

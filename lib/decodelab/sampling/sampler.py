@@ -233,9 +233,9 @@ def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[
         raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
                          f"{generators!r:.200}")
     generators = list(generators)
+    if all(type(g) is CounterRNG and g.device == device for g in generators):  # the engine's counter rows: one pass
+        return generators
     for i, g in enumerate(generators):
-        if type(g) is CounterRNG and g.device.type == device.type:  # the engine's common case, checked cheaply
-            continue
         if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
             raise TypeError(f"generators[{i}] must be a torch.Generator, a CounterRNG or None, got {type(g).__name__}")
         if g is not None and g.device.type != device.type:
