@@ -40,15 +40,17 @@ class SamplingBatch:
                 raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
         self.params = tuple(params)
         self.device = torch.device(device)
-        argmax = [p.greedy or p.top_k == 1 for p in self.params]
+        # each row's flags, made once per params object (SamplingParams._batch_row), transposed into columns
+        argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings = zip(
+            *[p._batch_row for p in self.params])
         self.argmax_rows = tuple(i for i, only in enumerate(argmax) if only)
         self.random_rows = tuple(i for i, only in enumerate(argmax) if not only)
-        self.top_k = tuple(0 if only else p.top_k for p, only in zip(self.params, argmax))  # per row, 0 = off
-        self.ngram_sizes = tuple(p.no_repeat_ngram_size for p in self.params)
-        self.has_penalties = any(p.has_penalties for p in self.params)
-        self.has_constraints = any(p.has_constraints for p in self.params)     # decodelab.sampling.constraints
-        self.needs_output_tokens = any(p.needs_output_tokens for p in self.params)
-        self.has_bad_word_strings = any(p.bad_words for p in self.params)     # not yet tokenized: an error here
+        self.top_k = top_k                                                     # per row, 0 = off
+        self.ngram_sizes = ngram_sizes
+        self.has_penalties = any(penalties)
+        self.has_constraints = any(constraints)                                # decodelab.sampling.constraints
+        self.needs_output_tokens = any(outputs)
+        self.has_bad_word_strings = any(bad_strings)                           # not yet tokenized: an error here
         self._argmax = argmax
         self._values: dict[str, tuple] = {}   # a parameter's per-row values, made when first asked (`values`)
         # (row, token id, bias) of every logit_bias entry, added to the logits before anything else

@@ -11,6 +11,7 @@ Taught in: chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -165,6 +166,17 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @functools.cached_property
+    def _batch_row(self) -> tuple[bool, int, int, bool, bool, bool, bool]:
+        """What `SamplingBatch` reads of this row, computed once per params object (an engine rebuilds its batch
+        whenever a sequence joins or leaves, from the same params): (argmax, top_k with 0 for an argmax row,
+        no_repeat_ngram_size, has_penalties, has_constraints, needs_output_tokens, bad words still strings). A
+        cached_property writes the instance's __dict__, which a frozen dataclass allows; equality and hashing read
+        the fields only."""
+        argmax = self.greedy or self.top_k == 1
+        return (argmax, 0 if argmax else self.top_k, self.no_repeat_ngram_size, self.has_penalties,
+                self.has_constraints, self.needs_output_tokens, bool(self.bad_words))
 
     @property
     def has_constraints(self) -> bool:
