@@ -175,7 +175,7 @@ def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
             token = next_tokens[i]
             generated[i].append(token)
             piece = None if texts is None else texts[i].push(token)
-            reason = finish_reason(params[i], token, generated[i], len(ids[i]) + len(generated[i]), eos, context,
+            reason = finish_reason(params[i], token, len(generated[i]), len(ids[i]) + len(generated[i]), eos, context,
                                    None if texts is None else texts[i])
             running[i] = reason is None
             if grammars[i] is not None and running[i]:

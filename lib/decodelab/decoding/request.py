@@ -5,7 +5,7 @@ Both paths call these same functions, so the same prompt and `SamplingParams` ar
 end for the same reason:
 
     ids = prompt_token_ids("小明", tokenizer, "prompt", vocab_size=473, context=256)
-    finish_reason(params, token, output_ids, len(ids) + len(output_ids), eos_ids, 256, detokenizer)
+    finish_reason(params, token, len(output_ids), len(ids) + len(output_ids), eos_ids, 256, detokenizer)
 
 Taught in: chapters/07c-serving.ipynb
 """
@@ -145,21 +145,22 @@ def eos_token_ids(model, tokenizer=None) -> set[int]:
     return {int(eos)} if isinstance(eos, int) else {int(t) for t in eos}
 
 
-def finish_reason(params: SamplingParams, token: int, output_ids: Sequence[int], num_tokens: int,
+def finish_reason(params: SamplingParams, token: int, num_output: int, num_tokens: int,
                   eos_ids: set[int], context: int | None,
                   text: IncrementalDetokenizer | None) -> str | None:
-    """Why a sample ends with `token` (the last of `output_ids`; prompt + output is `num_tokens` long), or None:
+    """Why a sample ends with `token` (the last of its `num_output` output tokens; prompt + output is `num_tokens`
+    long), or None (the counts, not the lists: an engine asks at every token of every sample):
     "stop" for EOS (unless `ignore_eos`), a stop token, or a stop string in the output text (`text`: the sample's
     IncrementalDetokenizer, already pushed `token`; stop strings need one); "length" for `max_tokens` or a full
     context. Before the output holds `min_tokens` tokens only "length" can end it (the sampler masks EOS and the stop
     tokens until then, and `text` matches no stop string)."""
-    if len(output_ids) < params.min_tokens:
+    if num_output < params.min_tokens:
         return "length" if context is not None and num_tokens >= context else None
     if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
         return "stop"
     if params.stop and text is not None and text.stopped:
         return "stop"
-    if len(output_ids) >= params.max_tokens or (context is not None and num_tokens >= context):
+    if num_output >= params.max_tokens or (context is not None and num_tokens >= context):
         return "length"
     return None
 

@@ -281,7 +281,8 @@ class Engine:
     def _finish_reason(self, seq: SequenceState, token: int) -> str | None:
         """The finish rule, on `seq` with `token` just appended (and pushed to its detokenizer, which holds the
         output's text when the request has stop strings)."""
-        return finish_reason(seq.params, token, seq.output_token_ids, len(seq.token_ids), self.eos_token_ids,
+        num_tokens = len(seq.token_ids)
+        return finish_reason(seq.params, token, num_tokens - seq.num_prompt_tokens, num_tokens, self.eos_token_ids,
                              self.max_model_len, seq.detokenizer)
 
     def _completion(self, seqs: list[SequenceState]) -> Completion:
