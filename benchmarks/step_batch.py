@@ -275,14 +275,14 @@ def main() -> None:
     engine = {"short": engine_comparison(model, short, args.rounds)}
     if not args.quick:
         chat = serving.workload(32, vocab, 2048, 0, prompt_median=110, output_median=230)
-        engine["chat"] = engine_comparison(serving.with_context(model, 2048), chat, max(1, args.rounds // 2))
+        engine["chat"] = engine_comparison(serving.with_context(model, 2048), chat, args.rounds)
     meta = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "machine": platform.machine(),
             "threads": 1, "repeats": args.repeats, "rounds": args.rounds, "builds_per_repeat": 200 if args.quick else 2000, "quick": args.quick,
             "block_size": BLOCK_SIZE, "model": model_name,
             "engine_workloads": {"short": f"serving.py's {len(short)} short requests, 32 running, seeded T=1",
                                  **({} if args.quick else {
                                      "chat": "32 chat-length requests (medians 110 and 230 tokens), 2048 context, "
-                                             f"{max(1, args.rounds // 2)} rounds"})}}
+                                             f"{args.rounds} rounds"})}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": results, "engine": engine}, indent=1) + "\n")
     print("Building alone (steady state), microseconds per batch:")

@@ -107,16 +107,19 @@ class StepBatch:
                 if len(table) < max_blocks:
                     tables += [0] * (max_blocks - len(table))
             tables = np.array(tables, dtype=np.int64)
-        flat = torch.from_numpy(np.concatenate([head, tables])).to(device)
+        device = torch.device(device)
+        flat = torch.from_numpy(np.concatenate([head, tables]))
+        if device.type != "cpu":
+            flat = flat.to(device)
         input_ids, positions_t, slots_t, context_lens, tables_t = flat.split([num_seqs] * 4 + [num_seqs * max_blocks])
-        rows, query_valid = _decode_rows(num_seqs, torch.device(device))
-        return StepBatch(input_ids, positions_t, slots_t, rows.view(num_seqs, 1), query_valid,
-                         positions_t.view(num_seqs, 1), tables_t.view(num_seqs, max_blocks), context_lens, rows, rows)
+        rows, query_index, query_valid = _decode_rows(num_seqs, device)
+        return StepBatch(input_ids, positions_t, slots_t, query_index, query_valid, positions_t.view(num_seqs, 1),
+                         tables_t.view(num_seqs, max_blocks), context_lens, rows, rows)
 
 
 @functools.lru_cache(maxsize=64)
-def _decode_rows(num_seqs: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _decode_rows(num_seqs: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What every decode batch of `num_seqs` sequences shares: `arange(B)` (flat token b is sequence b's query, its
-    last token and its padded row) and an all-True `[B, 1]` query mask."""
-    return (torch.arange(num_seqs, device=device),
-            torch.ones(num_seqs, 1, dtype=torch.bool, device=device))
+    last token and its padded row), the same as the `[B, 1]` query index, and an all-True `[B, 1]` query mask."""
+    rows = torch.arange(num_seqs, device=device)
+    return rows, rows.view(num_seqs, 1), torch.ones(num_seqs, 1, dtype=torch.bool, device=device)

@@ -114,14 +114,19 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
     return _draw_columns(probs, u if isinstance(u, np.ndarray) else u.to(torch.float64))
 
 
-def _draw_columns(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tensor:
+def _draw_columns(probs: torch.Tensor, u: torch.Tensor | np.ndarray, normalized: bool = False) -> torch.Tensor:
     """`inverse_cdf` without its checks, for `u` that `batch_uniforms` made (in range, one per row by construction):
-    the sampler's hot path, once per step."""
-    rest = torch.from_numpy(1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u   # 1 - u, [n]
+    the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed cost, larger with
+    the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a softmax), so
+    total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is skipped."""
+    rest = torch.from_numpy((1.0 - u).reshape(-1, 1)) if isinstance(u, np.ndarray) else (1.0 - u).view(-1, 1)
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
     if cdf.device.type != "cpu":
         cdf = _zero_columns_flat(cdf, probs)
-    target = (cdf[:, -1:] * rest.to(cdf.device).view(-1, 1)).clamp_min_(_SMALLEST)      # [n, 1], in (0, total]
+        rest = rest.to(cdf.device)
+    target = cdf[:, -1:] * rest                                                            # [n, 1], in (0, total]
+    if not normalized:
+        target.clamp_min_(_SMALLEST)
     return torch.searchsorted(cdf, target).view(-1)  # target <= the last value: never past the last column
 
 

@@ -110,7 +110,7 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
     if method not in fast_paths.METHODS:
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
     batch = as_batch(params, logits.shape[0], logits.device)
-    x = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)  # [B, V]
+    x = logits if logits.dtype in (torch.float32, torch.float64) else logits.to(torch.float32)  # [B, V]
     x = add_logit_bias(x, batch)  # OpenAI's logit_bias, first (vLLM's order), for argmax rows too
     if output_tokens is not None:
         x = apply_penalties(x, batch, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
@@ -203,22 +203,22 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     """
     batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
     generators = _generators(generators, batch, x.device)
-    tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
-    if batch.argmax_rows:
-        rows = list(batch.argmax_rows)
-        tokens[torch.tensor(rows, device=x.device)] = take_rows(x, rows).argmax(dim=-1)
     routes = fast_paths.routes(batch, method, sampling=True)
     counter_rejection = [i for i in routes.rejection if isinstance(generators[i], CounterRNG)]
     if counter_rejection:
         routes = fast_paths.densify(routes, counter_rejection)
     groups = _groups(x, batch, routes, chunk_max)
+    if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
+        return _draw(groups[0], generators)  # one group of every row in order (a plain batch): its draw is the answer
+    tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
+    if batch.argmax_rows:
+        rows = list(batch.argmax_rows)
+        tokens[torch.tensor(rows, device=x.device)] = take_rows(x, rows).argmax(dim=-1)
     if routes.rejection:
         drawn, pending = fast_paths.draw_by_rejection(x, list(routes.rejection), batch, generators, chunk_max)
         tokens[torch.tensor(routes.rejection, device=x.device)] = drawn
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
-    if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
-        return _draw(groups[0], generators)  # one group of every row in order (a plain batch): its draw is the answer
     for group in groups:
         tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators)
     return tokens
@@ -252,7 +252,7 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
     rows = [generators[i] for i in group.rows]
     counter = [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
     if len(counter) == len(rows):  # every row counter-based: one hash, one cumulative sum, one search
-        column = _draw_columns(probs, batch_uniforms(rows))
+        column = _draw_columns(probs, batch_uniforms(rows), normalized=True)
     elif not counter:
         column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
@@ -260,7 +260,7 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
         column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
         part = take_rows(probs, counter)
         column[torch.tensor(counter, device=probs.device)] = _draw_columns(
-            part, batch_uniforms([rows[j] for j in counter]))
+            part, batch_uniforms([rows[j] for j in counter]), normalized=True)
         part = take_rows(probs, others)
         noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
         column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
