@@ -12,6 +12,10 @@ the medians, the paired ratios counter / torch, their median and a percentile bo
 
     python benchmarks/rng_ab.py [--pairs 7] [--no-wide] [--out PATH]
 
+It ends by printing issue 31's three targets for the engine's own cost (`TARGETS`: tiny-zh seeded at most 1.10x its
+forward, unseeded at most 300 us per step, the 25M model at most 1.02x) with each stream's median and whether it
+meets them; the JSON keeps them under "targets".
+
 Writes benchmarks/results/rng-ab.json. Quoted in the README's "Counter-based streams" section.
 """
 from __future__ import annotations
@@ -53,6 +57,26 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+# issue 31's targets for the engine's own cost, on this workload: (setting, measure, bound, what it says)
+TARGETS = (("seeded", "wall_over_forward", 1.10, "tiny-zh, seeded T=1: wall / forward <= 1.10x"),
+           ("unseeded", "overhead_us_per_step", 300.0, "tiny-zh, unseeded: engine overhead <= 300 us per step"),
+           ("seeded, random Llama 512 x 8 (25M)", "wall_over_forward", 1.02,
+            "25M-parameter random Llama, seeded: wall / forward <= 1.02x"))
+
+
+def targets(results: dict) -> list[dict]:
+    """Each target with both streams' medians and whether each meets it (a setting that did not run is left out)."""
+    out = []
+    for setting, measure, bound, label in TARGETS:
+        if setting not in results:
+            continue
+        summary = results[setting]["summary"][measure]
+        out.append({"target": label, "setting": setting, "measure": measure, "bound": bound,
+                    **{rng: {"median": summary[f"{rng}_median"], "met": summary[f"{rng}_median"] <= bound}
+                       for rng in ("torch", "counter")}})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=7, help="alternating torch/counter pairs per setting")
@@ -90,11 +114,16 @@ def main() -> None:
               f"{w['counter_over_torch']:.3f} [{w['interval_95'][0]:.3f}, {w['interval_95'][1]:.3f}]; "
               f"overhead per step {o['torch_median']:.0f} -> {o['counter_median']:.0f} us, counter/torch "
               f"{o['counter_over_torch']:.2f} [{o['interval_95'][0]:.2f}, {o['interval_95'][1]:.2f}]")
+    checked = targets(results)
+    for t in checked:
+        unit = " us" if t["measure"] == "overhead_us_per_step" else "x"
+        print(f"target: {t['target']}: " + ", ".join(
+            f"{rng} {t[rng]['median']:.3f}{unit} ({'met' if t[rng]['met'] else 'not met'})" for rng in ("torch", "counter")))
     meta = {"model": model_name, "date": datetime.date.today().isoformat(), "pairs": args.pairs,
             "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(), "threads": 1,
             "workload": "benchmarks/serving.py's 64 short requests, 32 running, temperature 1"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "settings": results}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"meta": meta, "settings": results, "targets": checked}, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

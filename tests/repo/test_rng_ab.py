@@ -32,3 +32,15 @@ def test_too_few_pairs_are_refused(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["rng_ab.py", "--pairs", "1"])
     with pytest.raises(SystemExit, match="--pairs must be at least 2, got 1"):
         rng_ab.main()
+
+
+def test_targets_say_which_stream_meets_each():
+    def setting(torch_value, counter_value, measure):
+        return {"summary": {measure: {"torch_median": torch_value, "counter_median": counter_value}}}
+    results = {"seeded": setting(1.19, 1.09, "wall_over_forward"),
+               "unseeded": setting(510.0, 300.0, "overhead_us_per_step")}
+    checked = rng_ab.targets(results)
+    assert [t["setting"] for t in checked] == ["seeded", "unseeded"]   # the 25M setting did not run: left out
+    assert (checked[0]["torch"]["met"], checked[0]["counter"]["met"]) == (False, True)
+    assert (checked[1]["torch"]["met"], checked[1]["counter"]["met"]) == (False, True)   # 300 us meets "<= 300"
+    assert checked[1]["bound"] == 300.0 and checked[0]["counter"]["median"] == 1.09
