@@ -93,10 +93,12 @@ def _check_logits(logits: torch.Tensor) -> None:
 
 def _check_rows(maxima: torch.Tensor) -> None:
     """`maxima` `[B, ...]`: the logits or their chunk maxima. One host synchronisation per call (not per row): every
-    row needs no NaN or +inf and one finite value."""
-    row_max = maxima.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
-    if math.isfinite(float(row_max.sum(dtype=torch.float64))):  # any NaN, +inf or -inf makes the sum not finite
+    row needs no NaN or +inf and one finite value. The common case is one float64 sum of everything (finite exactly
+    when every entry is: float32 values cannot overflow a float64 sum of this size); only a sum that is not finite
+    (a NaN, an infinity, or a legitimately masked -inf) looks at each row's maximum."""
+    if math.isfinite(float(maxima.sum(dtype=torch.float64))):
         return
+    row_max = maxima.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
     bad = ~torch.isfinite(row_max)
     if bool(bad.any()):
         rows = bad.nonzero().flatten().tolist()
