@@ -486,6 +486,10 @@ README_SOURCES: dict[str, list[str]] = {
     "### GPU check": ["benchmarks/results/gpu/env.json", "benchmarks/results/gpu/summary.json"],
     "### Where a GPU decode step goes": ["benchmarks/results/gpu/profile_step.json"],
     "### Counter-based streams": ["benchmarks/results/rng-ab.json", "benchmarks/results/sampler-cost-ab.json"],
+    "### The decode step's batch and per-step trims": ["benchmarks/results/step-batch.json",
+                                                        "benchmarks/results/step-cost-ab.json",
+                                                        "benchmarks/results/step-cost-full-ab.json",
+                                                        "benchmarks/results/engine-targets.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
