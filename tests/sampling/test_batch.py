@@ -167,3 +167,23 @@ def test_the_engine_builds_a_batch_only_when_its_sequences_change(tiny, monkeypa
     # one batch for the prefill and the decode steps after it (same sequences), one after the 3-token request ends,
     # one after both 9-token requests end: 3 builds in 20 steps
     assert steps == 20 and built == [4, 3, 1]
+
+
+def test_a_batch_leaves_its_params_copyable_and_forgets_them_when_freed():
+    """The per-row flags a batch reads are kept beside each params object, not in it: `SamplingParams(**p.__dict__)`
+    (chapter 03 copies params this way) still works after a batch read `p`, and the entry goes when `p` is freed."""
+    import gc
+
+    from decodelab.sampling import params as params_module
+
+    p = SamplingParams(temperature=0.7, top_k=5, repetition_penalty=1.2, seed=3)
+    batch = SamplingBatch([p, SamplingParams(temperature=0.0)])
+    assert SamplingParams(**{**p.__dict__, "seed": 4}) == SamplingParams(temperature=0.7, top_k=5,
+                                                                         repetition_penalty=1.2, seed=4)
+    assert params_module.batch_row(p) == (False, 5, 0, True, False, True, False)
+    assert batch.has_penalties and batch.argmax_rows == (1,) and batch.top_k == (5, 0)
+    key = id(p)
+    assert key in params_module._BATCH_ROWS
+    del p, batch
+    gc.collect()
+    assert key not in params_module._BATCH_ROWS

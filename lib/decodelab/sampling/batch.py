@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from decodelab.sampling.params import SamplingParams
+from decodelab.sampling.params import SamplingParams, batch_row
 
 # the per-row values a processor reads as a column `[B, 1]`, and each one's "off" value
 COLUMNS = {"temperature": 1.0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repetition_penalty": 1.0,
@@ -40,9 +40,8 @@ class SamplingBatch:
                 raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
         self.params = tuple(params)
         self.device = torch.device(device)
-        # each row's flags, made once per params object (SamplingParams._batch_row), transposed into columns
-        argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings = zip(
-            *[p._batch_row for p in self.params])
+        # each row's flags, made once per params object (`batch_row`), transposed into columns
+        argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings = zip(*map(batch_row, self.params))
         self.argmax_rows = tuple(i for i, only in enumerate(argmax) if only)
         self.random_rows = tuple(i for i, only in enumerate(argmax) if not only)
         self.top_k = top_k                                                     # per row, 0 = off

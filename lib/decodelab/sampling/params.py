@@ -11,8 +11,8 @@ Taught in: chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
-import functools
 import math
+import weakref
 from dataclasses import dataclass
 
 from decodelab.grammar.base import is_grammar
@@ -167,17 +167,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    @functools.cached_property
-    def _batch_row(self) -> tuple[bool, int, int, bool, bool, bool, bool]:
-        """What `SamplingBatch` reads of this row, computed once per params object (an engine rebuilds its batch
-        whenever a sequence joins or leaves, from the same params): (argmax, top_k with 0 for an argmax row,
-        no_repeat_ngram_size, has_penalties, has_constraints, needs_output_tokens, bad words still strings). A
-        cached_property writes the instance's __dict__, which a frozen dataclass allows; equality and hashing read
-        the fields only."""
-        argmax = self.greedy or self.top_k == 1
-        return (argmax, 0 if argmax else self.top_k, self.no_repeat_ngram_size, self.has_penalties,
-                self.has_constraints, self.needs_output_tokens, bool(self.bad_words))
-
     @property
     def has_constraints(self) -> bool:
         """Whether min_tokens, allowed_token_ids or bad_word_ids mask tokens (decodelab.sampling.constraints)."""
@@ -224,3 +213,22 @@ def _logit_bias(value) -> tuple[tuple[int, float], ...]:
             raise ParamError("logit_bias", f"logit_bias names token {token} twice")
         out[token] = float(bias)
     return tuple(sorted(out.items()))
+
+
+_BATCH_ROWS: dict[int, tuple] = {}   # id(params) -> batch_row(params), dropped when that params object is freed
+
+
+def batch_row(params: SamplingParams) -> tuple[bool, int, int, bool, bool, bool, bool]:
+    """What `SamplingBatch` reads of one row, computed once per params object (an engine rebuilds its batch whenever a
+    sequence joins or leaves, from the same params): (argmax, top_k with 0 for an argmax row, no_repeat_ngram_size,
+    has_penalties, has_constraints, needs_output_tokens, bad words still strings). Kept beside the object, keyed by
+    its id and dropped when it is freed, not in its __dict__, so `SamplingParams(**params.__dict__)` still copies one."""
+    row = _BATCH_ROWS.get(id(params))
+    if row is None:
+        argmax = params.greedy or params.top_k == 1
+        row = (argmax, 0 if argmax else params.top_k, params.no_repeat_ngram_size, params.has_penalties,
+               params.has_constraints, params.needs_output_tokens, bool(params.bad_words))
+        _BATCH_ROWS[id(params)] = row
+        weakref.finalize(params, _BATCH_ROWS.pop, id(params), None)
+    return row
+
