@@ -83,8 +83,8 @@ class StepBatch:
                block_tables: Sequence[Sequence[int]] | np.ndarray, device: torch.device | str = "cpu") -> StepBatch:
         """A decode step's batch, equal to `build` of `(([token_ids[b]], positions[b], [slots[b]], block_tables[b])
         for b ...)`: one new token per sequence. `block_tables` is one list of block ids per sequence, or the tables
-        already padded with 0 as an int64 array `[B, max_blocks]` (what `decodelab.runner.decode_batch.DecodeBatch`
-        keeps from step to step). The inputs go through one host array; the fields that are the same for every decode
+        already padded with 0 as an int64 array `[B, max_blocks]` (what the persistent batch measured in
+        benchmarks/step_batch.py keeps from step to step). The inputs go through one host array; the fields that are the same for every decode
         step of B sequences (sequence b's only query is flat token b, its last) are shared tensors, made once per
         (B, device), to be read, never written."""
         num_seqs = len(token_ids)
