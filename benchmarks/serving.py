@@ -130,7 +130,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "t
     timed(engine.scheduler, "update_from_output", "postprocess")
     timed(engine.drawer, "sample", "sample")
     timed(sampling, "_exponential_noise", "sample: noise")   # module functions: put back below
-    timed(sampling, "batch_uniforms", "sample: noise")        # the counter-based draw: the uniforms ...
+    timed(sampling, "rests", "sample: noise")                 # the counter-based draw: the uniforms ...
     timed(sampling, "_draw_columns", "sample: noise")          # ... and where they fall
     try:
         for i, (prompt, out) in enumerate(requests):

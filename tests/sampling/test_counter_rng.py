@@ -26,6 +26,34 @@ def test_a_draw_depends_on_seed_and_offset_alone():
     assert all(0.0 <= u < 1.0 for u in first)
 
 
+def _splitmix64(key: int, count: int) -> list[float]:
+    """The first `count` outputs of SplitMix64 started at `key`, stepped one by one in Python integers (Steele, Lea
+    and Flood 2014), as uniforms with 53 random bits: the definition the vectorised hash must reproduce."""
+    mask, out, state = (1 << 64) - 1, [], key
+    for _ in range(count):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(((z ^ (z >> 31)) >> 11) * 2.0 ** -53)
+    return out
+
+
+def test_draws_hashed_ahead_are_splitmix64_at_every_offset():
+    """Draws are hashed ahead in blocks (32, 64, ... 256) and for several streams at once; whatever the block, draw i
+    is output i + 1 of SplitMix64 from the key, across block ends, with the same stream twice in one batch, and after
+    `offset` is set by hand."""
+    a, b, c = CounterRNG(5), CounterRNG(6), CounterRNG(5)
+    drawn = [batch_uniforms([a, b, a]).tolist() for _ in range(300)]       # a draws twice per batch, b once
+    assert [row[0] for row in drawn] == _splitmix64(a.key, 600)[0::2]
+    assert [row[2] for row in drawn] == _splitmix64(a.key, 600)[1::2]
+    assert [row[1] for row in drawn] == _splitmix64(b.key, 300)
+    assert (a.offset, b.offset) == (600, 300)
+    c.offset = 1000                                                        # past every block hashed so far
+    assert c.uniform() == _splitmix64(c.key, 1001)[1000]
+    c.offset = 3                                                           # back, before the block just hashed
+    assert [c.uniform() for _ in range(40)] == _splitmix64(c.key, 43)[3:]
+
+
 def test_uniforms_are_uniform_and_independent_across_seeds_and_offsets():
     rngs = [CounterRNG(seed) for seed in range(2000)]           # neighbouring seeds, 64 draws each
     u = np.stack([batch_uniforms(rngs) for _ in range(64)])      # [64, 2000]

@@ -59,12 +59,18 @@ def test_sampler_fast_path_through_chunks_keeps_the_sort_paths_tokens():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_sampler_still_rejects_nan_and_inf_rows(bad):
-    from decodelab.sampling.sampler import SamplingParams, sample
+@pytest.mark.parametrize("params", [{"top_k": 50}, {"temperature": 0.8}, {"temperature": 0.8, "rng": "counter"}],
+                         ids=["top-k: checked on the chunk maxima", "plain: checked on the logits", "plain, counter"])
+def test_sampler_still_rejects_nan_and_inf_rows(bad, params):
+    from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
+    rng = params.pop("rng", "torch")
+    generators = [make_generator(i, rng=rng) for i in range(3)]
     logits = torch.randn(3, 32768)
     logits[1, 12345] = bad
     with pytest.raises(ValueError, match=r"logits rows \[1\] hold NaN or \+inf"):
-        sample(logits, SamplingParams(top_k=50))
+        sample(logits, SamplingParams(**params), generators)
+    with pytest.raises(ValueError, match=r"logits rows \[1\] hold NaN or \+inf"):
+        process_logits(logits, SamplingParams(**params))
     logits[1] = float("-inf")
     with pytest.raises(ValueError, match=r"logits rows \[1\] hold NaN or \+inf, or only -inf"):
-        sample(logits, SamplingParams(top_k=50))
+        sample(logits, SamplingParams(**params), generators)

@@ -39,6 +39,7 @@ class SamplingBatch:
             if not isinstance(row, SamplingParams):
                 raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
         self.params = tuple(params)
+        self.rows = tuple(range(len(self.params)))                            # every row, in order
         self.device = torch.device(device)
         # each row's flags, made once per params object (`batch_row`), transposed into columns
         argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings = zip(*map(batch_row, self.params))

@@ -61,10 +61,15 @@ class CounterRNG:
     a function of (seed, i) alone. The key is a mix of the seed, so neighbouring seeds start far apart in SplitMix64's
     sequence. `device` is where the rows it draws for live (the draws are made on the host).
 
+    The stream's next draws are hashed ahead, 32 of them, then 64, ... up to 256 (a long sample pays one numpy call
+    per 256 tokens, a short one does not hash hundreds it never uses), for every stream that ran out in one
+    vectorised call: a batch's draw is one list read per row, not a dozen numpy calls per step. What is drawn is the same, draw i = hash(seed, i),
+    whatever the buffer; setting `offset` moves the stream (the buffer is refilled from there).
+
     `make_generator(seed, device, rng="counter")` makes one; `sample`, the engine and speculative decoding accept it
     wherever they accept a `torch.Generator`."""
 
-    __slots__ = ("seed", "key", "offset", "device")
+    __slots__ = ("seed", "key", "offset", "device", "_start", "_ahead")
 
     def __init__(self, seed: int, device: torch.device | str = "cpu") -> None:
         self.seed = check_int(seed, "seed", low=0)
@@ -73,22 +78,51 @@ class CounterRNG:
         self.key = int(_mix64(np.array([self.seed], dtype=np.uint64) ^ _STREAM)[0])
         self.offset = 0
         self.device = torch.device(device)
+        self._start = 0                       # the offset of _ahead[0]
+        self._ahead: list[float] = []         # draws _start, _start + 1, ... already hashed
 
     def __repr__(self) -> str:
         return f"CounterRNG(seed={self.seed}, offset={self.offset}, device={self.device})"
 
     def uniform(self) -> float:
         """The stream's next uniform in [0, 1)."""
-        return float(batch_uniforms([self])[0])
+        return next_uniforms([self])[0]
+
+
+_AHEAD_MIN, _AHEAD_MAX = 32, 256
+
+
+def _hash_ahead(rngs: list[CounterRNG]) -> None:
+    """Hash each stream's draws from its `offset` on, twice as many as the most any of them had (32 to 256), all
+    streams in one vectorised call (a prefill step's new sequences refill together)."""
+    count = min(_AHEAD_MAX, max(_AHEAD_MIN, 2 * max(len(r._ahead) for r in rngs)))
+    keys = np.fromiter((r.key for r in rngs), dtype=np.uint64, count=len(rngs))[:, None]           # [n, 1]
+    offsets = np.fromiter((r.offset for r in rngs), dtype=np.uint64, count=len(rngs))[:, None]     # [n, 1]
+    drawn = _uniforms(keys, offsets + np.arange(count, dtype=np.uint64)).tolist()                # [n, count]
+    for r, ahead in zip(rngs, drawn):
+        r._ahead, r._start = ahead, r.offset
+
+
+def next_uniforms(rngs: Sequence[CounterRNG]) -> list[float]:
+    """The next uniform of each stream, as Python floats (float64), each stream advanced by one: a list read per row,
+    and one vectorised hash for the streams whose hashed draws ran out."""
+    stale = [r for r in rngs if not 0 <= r.offset - r._start < len(r._ahead)]
+    if stale:
+        _hash_ahead(stale)
+    out = []
+    for r in rngs:
+        i = r.offset - r._start
+        if i >= len(r._ahead):   # the same stream twice in `rngs`, its hashed draws used up by the first
+            _hash_ahead([r])
+            i = 0
+        out.append(r._ahead[i])
+        r.offset += 1
+    return out
 
 
 def batch_uniforms(rngs: Sequence[CounterRNG]) -> np.ndarray:
-    """The next uniform of each stream, float64 `[n]`, in one vectorised hash; each stream advances by one."""
-    keys = np.fromiter((r.key for r in rngs), dtype=np.uint64, count=len(rngs))
-    offsets = np.fromiter((r.offset for r in rngs), dtype=np.uint64, count=len(rngs))
-    for r in rngs:
-        r.offset += 1
-    return _uniforms(keys, offsets)
+    """The next uniform of each stream, float64 `[n]`; each stream advances by one."""
+    return np.array(next_uniforms(rngs), dtype=np.float64)
 
 
 def random_seed() -> int:
@@ -111,23 +145,33 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
     inside = np.all((u >= 0.0) & (u < 1.0)) if isinstance(u, np.ndarray) else ((u >= 0) & (u < 1)).all()
     if not bool(inside):   # a NaN fails too
         raise ValueError(f"u must lie in [0, 1), got {u!r:.200}")
-    return _draw_columns(probs, u if isinstance(u, np.ndarray) else u.to(torch.float64))
+    u = u if isinstance(u, np.ndarray) else u.detach().to("cpu", torch.float64).numpy()
+    return _draw_columns(probs, 1.0 - u.astype(np.float64, copy=False))
 
 
-def _draw_columns(probs: torch.Tensor, u: torch.Tensor | np.ndarray, normalized: bool = False) -> torch.Tensor:
-    """`inverse_cdf` without its checks, for `u` that `batch_uniforms` made (in range, one per row by construction):
-    the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed cost, larger with
-    the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a softmax), so
+def rests(rngs: Sequence[CounterRNG]) -> np.ndarray:
+    """1 - u for the next uniform u of each stream, float64 `[n]`, each stream advanced by one: what `_draw_columns`
+    takes."""
+    return np.subtract(1.0, next_uniforms(rngs))
+
+
+def _draw_columns(probs: torch.Tensor, rest: np.ndarray, normalized: bool = False) -> torch.Tensor:
+    """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (float64) that `rests` made (in (0, 1], one per
+    row by construction): the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed
+    cost, larger with the forward's data in the caches; on the CPU the target is a numpy product on the cdf's own
+    memory, cheaper than a tensor call). `normalized`: each row of `probs` sums to about 1 (a softmax), so
     total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is skipped."""
-    rest = torch.from_numpy((1.0 - u).reshape(-1, 1)) if isinstance(u, np.ndarray) else (1.0 - u).view(-1, 1)
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
-    if cdf.device.type != "cpu":
-        cdf = _zero_columns_flat(cdf, probs)
-        rest = rest.to(cdf.device)
-    target = cdf[:, -1:] * rest                                                            # [n, 1], in (0, total]
+    if cdf.device.type == "cpu":
+        target = cdf.detach().numpy()[:, -1:] * rest.reshape(-1, 1)                               # [n, 1], in (0, total]
+        if not normalized:
+            np.maximum(target, _SMALLEST, out=target)
+        return torch.searchsorted(cdf, torch.from_numpy(target)).view(-1)  # target <= the last value
+    cdf = _zero_columns_flat(cdf, probs)
+    target = cdf[:, -1:] * torch.from_numpy(rest).to(cdf.device).view(-1, 1)
     if not normalized:
         target.clamp_min_(_SMALLEST)
-    return torch.searchsorted(cdf, target).view(-1)  # target <= the last value: never past the last column
+    return torch.searchsorted(cdf, target).view(-1)
 
 
 def _zero_columns_flat(cdf: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
@@ -146,7 +190,7 @@ def uniform(generator: torch.Generator | CounterRNG | None) -> float:
 def categorical(probs: torch.Tensor, generator: torch.Generator | CounterRNG | None) -> int:
     """One index drawn from `probs` `[V]` (non-negative, any positive total) with `generator`."""
     if isinstance(generator, CounterRNG):
-        return int(_draw_columns(probs.unsqueeze(0), batch_uniforms([generator]))[0])
+        return int(_draw_columns(probs.unsqueeze(0), rests([generator]))[0])
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
@@ -157,5 +201,5 @@ def check_rng(rng: str) -> str:
     return rng
 
 
-__all__ = ["RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "random_seed",
-           "uniform"]
+__all__ = ["RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "next_uniforms",
+           "random_seed", "rests", "uniform"]

@@ -132,6 +132,11 @@ class Typical:
 PROCESSORS = (Temperature(), TopK(), TopP(), MinP(), Typical())
 
 
+def used_processors(batch: SamplingBatch) -> tuple:
+    """The processors some row of `batch` asks for, in order (made once per batch): what a group of every row runs."""
+    return batch.memo("used_processors", lambda: tuple(p for p in PROCESSORS if batch.uses(p.param)))
+
+
 def apply_processors(group: RowGroup, batch: SamplingBatch) -> RowGroup:
     """Run every processor that some row of `group` asks for, in order; returns the group."""
     for processor in PROCESSORS:

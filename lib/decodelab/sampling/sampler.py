@@ -28,11 +28,11 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from decodelab.sampling.counter_rng import CounterRNG, batch_uniforms, check_rng, _draw_columns, random_seed
+from decodelab.sampling.counter_rng import CounterRNG, check_rng, _draw_columns, random_seed, rests
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
-from decodelab.sampling.processors import RowGroup, apply_processors
+from decodelab.sampling.processors import RowGroup, apply_processors, used_processors
 from decodelab.sampling.batch import SamplingBatch, as_batch
 from decodelab.sampling.constraints import apply_constraints
 from decodelab.sampling.ops.topk import chunk_maxima
@@ -106,8 +106,9 @@ def _check_rows(maxima: torch.Tensor) -> None:
 
 
 def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str, eos_token_ids=None):
-    """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters, the penalised logits `[B, V]`
-    (float32, or float64 for float64 input; the input is never modified) and, on the fast path, their chunk maxima."""
+    """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters and the penalised logits `[B, V]`
+    (float32, or float64 for float64 input; the input is never modified). The rows are checked by `_checked_maxima`,
+    once the routes say whether the fast path needs chunk maxima."""
     _check_logits(logits)
     if method not in fast_paths.METHODS:
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
@@ -127,10 +128,17 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
                          "pass bad_word_ids")
     if batch.has_constraints:  # allowed_token_ids, bad words, min_tokens: -inf masks, after the penalties
         x = apply_constraints(x, batch, output_tokens, eos_token_ids)
-    # the fast path reads the logits once: the chunk maxima serve both this check and top-k (decodelab.sampling.ops.topk)
-    chunk_max = chunk_maxima(x) if method == "fast" else None  # [B, V / 64] or None
+    return batch, x
+
+
+def _checked_maxima(x: torch.Tensor, routes: fast_paths.Routes, method: str) -> torch.Tensor | None:
+    """Check the rows of `x` `[B, V]` and return their chunk maxima when a fast route reads them (top-k rows, rows
+    drawn by rejection; `decodelab.sampling.ops.topk`), else None. The fast path reads the logits once: the chunk
+    maxima serve both this check and those routes; a batch that takes neither is checked on `x` itself."""
+    needs_maxima = method == "fast" and bool(routes.top_k or routes.rejection)
+    chunk_max = chunk_maxima(x) if needs_maxima else None  # [B, V / 64] or None
     _check_rows(x if chunk_max is None else chunk_max)
-    return batch, x, chunk_max
+    return chunk_max
 
 
 def _groups(x: torch.Tensor, batch: SamplingBatch, routes: fast_paths.Routes,
@@ -165,9 +173,11 @@ def process_logits(logits: torch.Tensor, params: SamplingParams | Sequence[Sampl
 
     Taught in: chapters/03-strategies.ipynb
     """
-    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
+    batch, x = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
+    routes = fast_paths.routes(batch, method, sampling=False)
+    chunk_max = _checked_maxima(x, routes, method)
     out = torch.full_like(x, NEG_INF)  # [B, V]
-    for group in _groups(x, batch, fast_paths.routes(batch, method, sampling=False), chunk_max):
+    for group in _groups(x, batch, routes, chunk_max):
         out.index_copy_(0, torch.tensor(group.rows, device=x.device), group.to_vocabulary(x.shape[1]))
     if batch.argmax_rows:
         rows = list(batch.argmax_rows)
@@ -203,15 +213,24 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 
     Taught in: chapters/03-strategies.ipynb
     """
-    batch, x, chunk_max = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
-    generators = _generators(generators, batch, x.device)
+    batch, x = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
+    generators, counters = _generators(generators, batch, x.device)
     routes = fast_paths.routes(batch, method, sampling=True)
-    counter_rejection = [i for i in routes.rejection if isinstance(generators[i], CounterRNG)]
+    counter_rejection = routes.rejection if counters else [i for i in routes.rejection
+                                                            if isinstance(generators[i], CounterRNG)]
     if counter_rejection:
         routes = fast_paths.densify(routes, counter_rejection)
+    chunk_max = _checked_maxima(x, routes, method)
+    if not (batch.argmax_rows or routes.top_k or routes.rejection):
+        # a plain batch: every row random and in the one dense group; each row's draw depends on that row alone, so
+        # the group is every row in order, whatever order the routes listed them in
+        group = RowGroup.dense(list(batch.rows), x)
+        for processor in used_processors(batch):
+            processor(group, batch)
+        return _draw(group, generators, counters)
     groups = _groups(x, batch, routes, chunk_max)
     if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
-        return _draw(groups[0], generators)  # one group of every row in order (a plain batch): its draw is the answer
+        return _draw(groups[0], generators, counters)  # one group of every row in order (all top-k): its draw
     tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
     if batch.argmax_rows:
         rows = list(batch.argmax_rows)
@@ -222,12 +241,14 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
     for group in groups:
-        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators)
+        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators, counters)
     return tokens
 
 
-def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[torch.Generator | CounterRNG | None]:
-    """One generator or None per row; a seeded row without one gets a fresh generator from its seed."""
+def _generators(generators, batch: SamplingBatch,
+                device: torch.device) -> tuple[list[torch.Generator | CounterRNG | None], bool]:
+    """One generator or None per row (a seeded row without one gets a fresh generator from its seed), and whether
+    every row holds a CounterRNG on `device` (the engine's counter rows, checked in one pass)."""
     size = len(batch)
     if generators is None:
         generators = [None] * size
@@ -236,7 +257,7 @@ def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[
                          f"{generators!r:.200}")
     generators = list(generators)
     if all(type(g) is CounterRNG and g.device == device for g in generators):  # the engine's counter rows: one pass
-        return generators
+        return generators, True
     for i, g in enumerate(generators):
         if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
             raise TypeError(f"generators[{i}] must be a torch.Generator, a CounterRNG or None, got {type(g).__name__}")
@@ -244,17 +265,17 @@ def _generators(generators, batch: SamplingBatch, device: torch.device) -> list[
             raise ValueError(f"generators[{i}] is on {g.device}, logits are on {device}")
         if g is None and batch.params[i].seed is not None:
             generators[i] = make_generator(batch.params[i].seed, device)
-    return generators
+    return generators, False
 
 
-def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]) -> torch.Tensor:
+def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], counters: bool = False) -> torch.Tensor:
     """Step 5: one token per row of `group`, `[n]`: `argmax(p / E)` with `E ~ Exponential(1)` for rows with a
-    torch.Generator or none, the inverse CDF of one uniform for rows with a CounterRNG."""
+    torch.Generator or none, the inverse CDF of one uniform for rows with a CounterRNG (`counters`: every row's)."""
     probs = torch.softmax(group.logits, dim=-1)  # [n, K]
     rows = [generators[i] for i in group.rows]
-    counter = [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
+    counter = range(len(rows)) if counters else [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
     if len(counter) == len(rows):  # every row counter-based: one hash, one cumulative sum, one search
-        column = _draw_columns(probs, batch_uniforms(rows), normalized=True)
+        column = _draw_columns(probs, rests(rows), normalized=True)
     elif not counter:
         column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
@@ -262,7 +283,7 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
         column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
         part = take_rows(probs, counter)
         column[torch.tensor(counter, device=probs.device)] = _draw_columns(
-            part, batch_uniforms([rows[j] for j in counter]), normalized=True)
+            part, rests([rows[j] for j in counter]), normalized=True)
         part = take_rows(probs, others)
         noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
         column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
