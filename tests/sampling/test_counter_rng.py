@@ -184,3 +184,25 @@ def test_the_gpu_guard_flattens_zero_columns_a_parallel_scan_left_a_step_above()
         target = flat[row, -1] * (1.0 - u)
         chosen = torch.searchsorted(flat[row].expand(len(u), -1).contiguous(), target[:, None]).flatten()
         assert bool((probs[row, chosen] > 0).all())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.01])
+def test_counter_rows_are_checked_on_their_sums_before_any_stream_advances(temperature):
+    """A plain batch of counter rows is checked on its softmax's sums, inside the draw: the same rows are refused as
+    by the check of every other route (NaN, +inf, all -inf; not a partly masked row, nor a huge finite logit that
+    the temperature would overflow), and no stream has moved when it refuses."""
+    logits = torch.randn(6, 100, generator=torch.Generator().manual_seed(0))
+    logits[1, 3], logits[2, 7], logits[3] = float("nan"), float("inf"), float("-inf")
+    logits[4, :50] = float("-inf")                      # partly masked: fine
+    logits[5, 0] = 3e38                                 # finite; at T = 0.01 the temperature shifts it first
+    params = SamplingParams(temperature=temperature)
+    streams = [make_generator(i, rng="counter") for i in range(6)]
+    message = r"logits rows \[1, 2, 3\] hold NaN or \+inf, or only -inf"
+    with pytest.raises(ValueError, match=message):
+        sample(logits, params, streams)
+    with pytest.raises(ValueError, match=message):       # the route with its own check refuses the same rows
+        sample(logits, params, [make_generator(i) for i in range(6)])
+    assert [s.offset for s in streams] == [0] * 6
+    good = [0, 4, 5]
+    tokens = sample(logits[good], params, [streams[i] for i in good]).tolist()
+    assert tokens[2] == 0 and tokens[1] >= 50 and [streams[i].offset for i in good] == [1, 1, 1]

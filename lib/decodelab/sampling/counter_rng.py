@@ -158,12 +158,22 @@ def rests(rngs: Sequence[CounterRNG]) -> np.ndarray:
 def _draw_columns(probs: torch.Tensor, rest: np.ndarray, normalized: bool = False) -> torch.Tensor:
     """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (float64) that `rests` made (in (0, 1], one per
     row by construction): the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed
-    cost, larger with the forward's data in the caches; on the CPU the target is a numpy product on the cdf's own
-    memory, cheaper than a tensor call). `normalized`: each row of `probs` sums to about 1 (a softmax), so
-    total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is skipped."""
-    cdf = probs.cumsum(dim=-1, dtype=torch.float64)                                        # [n, K]
+    cost, larger with the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a
+    softmax), so total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is
+    skipped."""
+    return _search(_cdf(probs), probs, rest, normalized)
+
+
+def _cdf(probs: torch.Tensor) -> torch.Tensor:
+    """The running sum of each row of `probs` `[n, K]`, float64: its last column is the row's total."""
+    return probs.cumsum(dim=-1, dtype=torch.float64)
+
+
+def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: np.ndarray, normalized: bool) -> torch.Tensor:
+    """The columns where `rest` (1 - u, `[n]`) times each row's total falls in `cdf` (`_cdf(probs)`). On the CPU
+    the target is a numpy product on the cdf's own memory, cheaper than a tensor call."""
     if cdf.device.type == "cpu":
-        target = cdf.detach().numpy()[:, -1:] * rest.reshape(-1, 1)                               # [n, 1], in (0, total]
+        target = cdf.detach().numpy()[:, -1:] * rest.reshape(-1, 1)                        # [n, 1], in (0, total]
         if not normalized:
             np.maximum(target, _SMALLEST, out=target)
         return torch.searchsorted(cdf, torch.from_numpy(target)).view(-1)  # target <= the last value

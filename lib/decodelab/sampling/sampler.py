@@ -26,13 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
+import numpy as np
 import torch
 
-from decodelab.sampling.counter_rng import CounterRNG, check_rng, _draw_columns, random_seed, rests
+from decodelab.sampling.counter_rng import CounterRNG, check_rng, _cdf, _draw_columns, _search, random_seed, rests
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
-from decodelab.sampling.processors import RowGroup, apply_processors, used_processors
+from decodelab.sampling.processors import RowGroup, Temperature, apply_processors, used_processors
 from decodelab.sampling.batch import SamplingBatch, as_batch
 from decodelab.sampling.constraints import apply_constraints
 from decodelab.sampling.ops.topk import chunk_maxima
@@ -101,8 +102,11 @@ def _check_rows(maxima: torch.Tensor) -> None:
     row_max = maxima.amax(dim=1)  # NaN if the row holds one, +inf if it holds one, -inf if it is all -inf
     bad = ~torch.isfinite(row_max)
     if bool(bad.any()):
-        rows = bad.nonzero().flatten().tolist()
-        raise ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
+        raise _bad_rows(bad.nonzero().flatten().tolist())
+
+
+def _bad_rows(rows: list[int]) -> ValueError:
+    return ValueError(f"logits rows {rows} hold NaN or +inf, or only -inf; every row needs a finite value")
 
 
 def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str, eos_token_ids=None):
@@ -220,14 +224,20 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
                                                             if isinstance(generators[i], CounterRNG)]
     if counter_rejection:
         routes = fast_paths.densify(routes, counter_rejection)
-    chunk_max = _checked_maxima(x, routes, method)
     if not (batch.argmax_rows or routes.top_k or routes.rejection):
         # a plain batch: every row random and in the one dense group; each row's draw depends on that row alone, so
         # the group is every row in order, whatever order the routes listed them in
+        processors = used_processors(batch)
+        checked_by_draw = counters and x.device.type == "cpu" and all(type(p) is Temperature for p in processors)
+        if not checked_by_draw:
+            _checked_maxima(x, routes, method)
         group = RowGroup.dense(list(batch.rows), x)
-        for processor in used_processors(batch):
+        for processor in processors:
             processor(group, batch)
+        if checked_by_draw:
+            return _draw_checked_counter_rows(group, generators)
         return _draw(group, generators, counters)
+    chunk_max = _checked_maxima(x, routes, method)
     groups = _groups(x, batch, routes, chunk_max)
     if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
         return _draw(groups[0], generators, counters)  # one group of every row in order (all top-k): its draw
@@ -290,6 +300,20 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
     if group.token_ids is None:  # column j is token j
         return column
     return group.token_ids.gather(1, column.unsqueeze(1)).squeeze(1)  # the candidates' vocabulary ids
+
+
+def _draw_checked_counter_rows(group: RowGroup, generators: list[CounterRNG]) -> torch.Tensor:
+    """`_draw` of a group of every row of a plain batch on the CPU whose rows all hold a CounterRNG and saw no
+    processor but the temperature, with the rows' check folded in: a row holding NaN or +inf, or only -inf, and
+    only such a row, has a softmax that sums to NaN (the temperature keeps a finite row finite, `Temperature`), so
+    the rows are checked on the cumulative sums' last column, a numpy view, before any stream advances. The check
+    on its own (`_check_rows`) costs a pass over the logits and a tensor call."""
+    probs = torch.softmax(group.logits, dim=-1)  # [B, V]
+    cdf = _cdf(probs)
+    totals = cdf.detach().numpy()[:, -1]
+    if not np.isfinite(totals).all():
+        raise _bad_rows(np.flatnonzero(~np.isfinite(totals)).tolist())
+    return _search(cdf, probs, rests(generators), normalized=True)
 
 
 def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
