@@ -287,3 +287,35 @@ def test_a_missing_or_swapped_model_is_named(tiny):
         Engine(None, tokenizer)
     with pytest.raises(ParamError, match=r"got a tokenizer where the model goes: call Engine\(model, tokenizer"):
         Engine(tokenizer, model)
+
+
+def test_the_quiet_finish_hint_ends_every_sample_where_the_rule_does(random_llama):
+    """The scheduler skips the finish rule for a token that cannot end a sample (`SequenceState.quiet`, set by the
+    engine for requests without stop strings): the same tokens and reasons as asking the rule at every token, over
+    EOS, stop tokens, min_tokens, max_tokens, the context's end, n = 2 forks and preemption."""
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in (3, 9, 17, 200, 240, 5)]
+    bias = {2: 4.0}                                                     # EOS likely enough to end some samples
+    params = [SamplingParams(temperature=1.0, seed=1, max_tokens=30, logit_bias=bias),
+              SamplingParams(temperature=1.0, seed=2, max_tokens=30, stop_token_ids=list(range(10, 40))),
+              SamplingParams(temperature=1.0, seed=3, max_tokens=30, min_tokens=12, logit_bias=bias, n=2),
+              SamplingParams(temperature=1.0, seed=4, max_tokens=50, ignore_eos=True, logit_bias=bias),
+              SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True),          # ends at the context (256)
+              SamplingParams(temperature=1.0, seed=6, max_tokens=30, min_tokens=5,
+                             stop_token_ids=list(range(10, 40)), n=2)]
+
+    def run(quiet: bool):
+        engine = Engine(random_llama, block_size=4, num_blocks=70, max_num_seqs=6)   # few blocks: preemption
+        if not quiet:
+            engine._quiet = lambda params, num_prompt_tokens: None
+        out = engine.generate(prompts, params)
+        assert engine.scheduler.num_preemptions > 0
+        return [[(s.token_ids, s.finish_reason) for s in (c.samples or (c,))] for c in out]
+
+    hinted, asked = run(True), run(False)
+    assert hinted == asked
+    reasons = [reason for samples in hinted for _, reason in samples]
+    ends = [tokens[-1] for samples in hinted for tokens, _ in samples]
+    assert {"stop", "length"} <= set(reasons) and 2 in ends and any(10 <= t < 40 for t in ends)
+    assert len(hinted[4][0][0]) == 256 - 240                                      # the context ended it
+    assert all(len(tokens) >= 12 for tokens, _ in hinted[2])                       # min_tokens held off EOS

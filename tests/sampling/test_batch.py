@@ -180,10 +180,31 @@ def test_a_batch_leaves_its_params_copyable_and_forgets_them_when_freed():
     batch = SamplingBatch([p, SamplingParams(temperature=0.0)])
     assert SamplingParams(**{**p.__dict__, "seed": 4}) == SamplingParams(temperature=0.7, top_k=5,
                                                                          repetition_penalty=1.2, seed=4)
-    assert params_module.batch_row(p) == (False, 5, 0, True, False, True, False)
+    assert params_module.batch_row(p) == (False, 5, 0, True, False, True, False, False, True)
     assert batch.has_penalties and batch.argmax_rows == (1,) and batch.top_k == (5, 0)
     key = id(p)
     assert key in params_module._BATCH_ROWS
     del p, batch
     gc.collect()
     assert key not in params_module._BATCH_ROWS
+
+
+@pytest.mark.parametrize("temperatures", [(1.0, 1.0, 1.0), (1.0, 0.7, 1.3)])
+def test_a_plain_batch_takes_the_routes_and_processors_the_general_rule_gives(temperatures):
+    """A batch whose rows are all random without truncation (`SamplingBatch.plain`) is routed without reading its
+    rows' values: one dense group of every row, whatever the method, through the temperature only when a row sets
+    one. The same as the rule for any batch, which a batch with a single truncated row still follows."""
+    from decodelab.sampling.ops import fast_paths
+    from decodelab.sampling.processors import PROCESSORS, used_processors
+
+    plain = SamplingBatch([SamplingParams(temperature=t, seed=i) for i, t in enumerate(temperatures)])
+    assert plain.plain and plain.tempered == (temperatures != (1.0, 1.0, 1.0))
+    for method in ("fast", "sort"):
+        for sampling in (True, False):
+            assert fast_paths.routes(plain, method, sampling) == fast_paths.Routes((), (), (0, 1, 2))
+    assert used_processors(plain) == tuple(p for p in PROCESSORS if plain.uses(p.param))
+    mixed = SamplingBatch([SamplingParams(temperature=t) for t in temperatures] + [SamplingParams(top_p=0.9)])
+    assert not mixed.plain
+    assert fast_paths.routes(mixed, "fast", True) == fast_paths.Routes((), (3,), (0, 1, 2))
+    assert used_processors(mixed) == tuple(p for p in PROCESSORS if mixed.uses(p.param))
+    assert not SamplingBatch([SamplingParams(temperature=0.0), SamplingParams()]).plain   # an argmax row

@@ -180,7 +180,7 @@ class Engine:
         detokenizer = sample_detokenizer(self.tokenizer, params) if params.stop else None
         seq = self.scheduler.new_sequence(request_id, list(request.prompt_ids), params, table,
                                           make_generator(params.seed, self.runner.device, self.config.rng),
-                                          detokenizer)
+                                          detokenizer, self._quiet(params, len(request.prompt_ids)))
         self.scheduler.add(seq)
         return request_id
 
@@ -284,6 +284,15 @@ class Engine:
         num_tokens = len(seq.token_ids)
         return finish_reason(seq.params, token, num_tokens - seq.num_prompt_tokens, num_tokens, self.eos_token_ids,
                              self.max_model_len, seq.detokenizer)
+
+    def _quiet(self, params: SamplingParams, num_prompt_tokens: int) -> tuple[frozenset[int], int] | None:
+        """What `_finish_reason` guarantees for a request without stop strings: only a stop token (EOS too, unless
+        `ignore_eos`) or the length (prompt + max_tokens, or the context) ends it (`SequenceState.quiet`)."""
+        if params.stop:
+            return None
+        ends = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(self.eos_token_ids))
+        length = num_prompt_tokens + params.max_tokens
+        return ends, length if self.max_model_len is None else min(length, self.max_model_len)
 
     def _completion(self, seqs: list[SequenceState]) -> Completion:
         """A finished request's Completion from its samples (by index): sample 0's fields, and all n as `samples`."""

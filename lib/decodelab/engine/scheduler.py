@@ -142,11 +142,14 @@ class Scheduler:
 
     def new_sequence(self, request_id: int, prompt_ids: list[int], params: SamplingParams, table: KVTable,
                      generator: torch.Generator | CounterRNG | None,
-                     detokenizer: IncrementalDetokenizer | None = None) -> SequenceState:
+                     detokenizer: IncrementalDetokenizer | None = None,
+                     quiet: tuple[frozenset[int], int] | None = None) -> SequenceState:
         """Sample 0 of a request (it forks the other n - 1 after its prefill). `detokenizer`: the output's text for
-        the finish rule's stop strings (the forks get their own)."""
+        the finish rule's stop strings (the forks get their own). `quiet`: what the finish rule guarantees (the
+        tokens that may end the sequence, the length that ends it; `SequenceState.quiet`), so that the common step
+        need not call it; None (the default) asks the rule at every token."""
         return SequenceState(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params, table,
-                             generator, params.n - 1, detokenizer=detokenizer)
+                             generator, params.n - 1, detokenizer=detokenizer, quiet=quiet)
 
     def add(self, seq: SequenceState) -> None:
         """Queue a request's first sample; the request is in flight until all its samples finish or it is aborted."""
@@ -274,10 +277,15 @@ class Scheduler:
         for i, ((row, seq), tokens) in enumerate(zip(plan.samples, drawn.tokens)):
             if len(tokens) == 1 and not (drafts_held and scheduled[row].num_lookahead):   # the common step
                 token = tokens[0]
-                seq.token_ids.append(token)
+                token_ids = seq.token_ids
+                token_ids.append(token)
                 if seq.detokenizer is not None:
                     seq.detokenizer.push(token)
-                reason = finish_rule(seq, token)
+                quiet = seq.quiet
+                if quiet is not None and token not in quiet[0] and len(token_ids) < quiet[1]:
+                    reason = None                           # what the rule would say, without the call
+                else:
+                    reason = finish_rule(seq, token)
                 logprob = logprobs[i][0]
                 if logprob is not None:
                     seq.logprobs.append(logprob)

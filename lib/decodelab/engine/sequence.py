@@ -51,6 +51,9 @@ class SequenceState:
     grammar_state: object | None = None       # where params.grammar stands after the output (None without one)
     detokenizer: IncrementalDetokenizer | None = None   # the output's text as it grows, with stop strings only
     prompt_logprobs: list | None = None       # per prompt token (None first), once computed, when asked for
+    # (the tokens that may end it, the length that ends it) when its finish rule is that simple (no stop strings):
+    # below that length any other token leaves it running, so the scheduler need not ask the rule; None: always ask
+    quiet: tuple[frozenset[int], int] | None = None
 
     def __post_init__(self) -> None:
         if self.grammar_state is None and self.params.grammar is not None:
@@ -81,4 +84,4 @@ class SequenceState:
                        else sample_detokenizer(self.detokenizer.tokenizer, self.params))
         return SequenceState(seq_id, self.request_id, index, list(self.token_ids), self.num_prompt_tokens,
                              self.params, table, make_generator(sample_seed(self.params.seed, index), device, rng),
-                             status=Status.RUNNING, detokenizer=detokenizer)
+                             status=Status.RUNNING, detokenizer=detokenizer, quiet=self.quiet)

@@ -42,7 +42,8 @@ class SamplingBatch:
         self.rows = tuple(range(len(self.params)))                            # every row, in order
         self.device = torch.device(device)
         # each row's flags, made once per params object (`batch_row`), transposed into columns
-        argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings = zip(*map(batch_row, self.params))
+        (argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings, plain,
+         tempered) = zip(*map(batch_row, self.params))
         self.argmax_rows = tuple(i for i, only in enumerate(argmax) if only)
         self.random_rows = tuple(i for i, only in enumerate(argmax) if not only)
         self.top_k = top_k                                                     # per row, 0 = off
@@ -51,6 +52,9 @@ class SamplingBatch:
         self.has_constraints = any(constraints)                                # decodelab.sampling.constraints
         self.needs_output_tokens = any(outputs)
         self.has_bad_word_strings = any(bad_strings)                           # not yet tokenized: an error here
+        # every row random, with no truncation: one dense group whose only processor can be the temperature
+        self.plain = all(plain)
+        self.tempered = any(tempered)                                          # some random row's temperature != 1
         self._argmax = argmax
         self._values: dict[str, tuple] = {}   # a parameter's per-row values, made when first asked (`values`)
         # (row, token id, bias) of every logit_bias entry, added to the logits before anything else

@@ -134,6 +134,8 @@ PROCESSORS = (Temperature(), TopK(), TopP(), MinP(), Typical())
 
 def used_processors(batch: SamplingBatch) -> tuple:
     """The processors some row of `batch` asks for, in order (made once per batch): what a group of every row runs."""
+    if batch.plain:   # no truncation in any row: the temperature or nothing
+        return PROCESSORS[:1] if batch.tempered else ()
     return batch.memo("used_processors", lambda: tuple(p for p in PROCESSORS if batch.uses(p.param)))
 
 

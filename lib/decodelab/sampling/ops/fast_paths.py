@@ -42,7 +42,7 @@ def routes(batch: SamplingBatch, method: str, sampling: bool) -> Routes:
     """The routes of `batch`'s random rows; `sampling` is False when the kept set itself is wanted
     (`process_logits`), which rejection does not give."""
     def make() -> Routes:
-        if method == "sort":
+        if method == "sort" or batch.plain:   # a plain batch: every row dense, whatever the method
             return Routes((), (), batch.random_rows)
         top_k, top_p = batch.values("top_k"), batch.values("top_p")
         min_p, typical = batch.values("min_p"), batch.values("typical_p")
