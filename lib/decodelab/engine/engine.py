@@ -37,6 +37,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
                                         prompt_token_ids, text_decoder, with_bad_word_ids)
@@ -223,7 +225,12 @@ class Engine:
         """One iteration, top to bottom: the scheduler plans it, the speculator proposes drafts (none without
         speculation), the runner runs the model, the step draws its tokens (sampling, or verifying drafts), the
         scheduler writes them back, and the output is read off the result. Everything about where K/V go is
-        decided before the model runs (`plan`)."""
+        decided before the model runs (`plan`). The whole step runs in `torch.inference_mode()`, entered once: no
+        tensor it makes leaves it (the output holds Python numbers)."""
+        with torch.inference_mode():
+            return self._step()
+
+    def _step(self) -> StepOutput:
         plan = self.scheduler.schedule()              # who runs, their slots, block copies, preemptions, forks
         if plan.kind is StepKind.IDLE:
             return StepOutput.idle(self.num_waiting, plan)

@@ -8,6 +8,7 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -21,6 +22,19 @@ from decodelab.runner.attention import paged_attention, visible_keys, write_kv
 from decodelab.runner.step_batch import StepBatch
 
 ATTENTION_BACKENDS = ("torch", "triton")
+
+
+def inference(fn):
+    """`torch.inference_mode()` around `fn`, entered only when it is not on already: an engine's step enters it once
+    for everything it runs (its own tensor calls cost less there), and the runner's methods called inside it skip
+    a second context."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -117,7 +131,7 @@ class PagedLlama:
         return torch.zeros(self.num_layers, 2, num_blocks, block_size, self.num_kv_heads, self.head_dim,
                            dtype=self.dtype, device=self.device)
 
-    @torch.inference_mode()
+    @inference
     def execute(self, plan, kv_cache: torch.Tensor, drafts: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
         """One engine step's model work for a `decodelab.engine.scheduler.Schedule`: the plan's copy-on-write block copies,
         then one forward over its scheduled sequences. Returns float32 logits `[len(plan.scheduled), V]`, one row per
@@ -154,7 +168,7 @@ class PagedLlama:
         return StepBatch.decode(token_ids, [sched.start for sched in scheduled], slots,
                                 [sched.seq.table.block_ids for sched in scheduled], self.device)
 
-    @torch.inference_mode()
+    @inference
     def execute_with_prompt_logits(self, plan, kv_cache: torch.Tensor,
                                    wanted: Sequence[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """`execute` of a prefill plan (no drafts) that also returns, from the same one forward, the logits of every
@@ -176,7 +190,7 @@ class PagedLlama:
             offset += len(span)
         return logits[:num_seqs], prompt
 
-    @torch.inference_mode()
+    @inference
     def forward(self, batch: StepBatch, kv_cache: torch.Tensor, all_logits: bool = False,
                 rows: torch.Tensor | None = None) -> torch.Tensor:
         """Run the step's tokens, writing their K/V; return float32 logits of each sequence's last token [B, V]
