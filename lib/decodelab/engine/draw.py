@@ -41,13 +41,21 @@ class TokenDrawer:
         """One token per sample of `plan` from `logits` `[len(plan.scheduled), V]` (one row per scheduled sequence)."""
         rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
         row_logits = take_rows(logits, rows)                                   # [len(seqs), V]
-        row_logits = mask_logits(row_logits, [s.grammar_state for s in seqs])   # requests with a grammar
-        tokens = self.sample(row_logits, seqs)
+        batch = self._sampling_batch(seqs)
+        if batch.has_grammar:                                                  # requests with a grammar
+            row_logits = mask_logits(row_logits, [s.grammar_state for s in seqs])
+        tokens = self._sample(row_logits, seqs, batch)
+        if not batch.has_logprobs:
+            return Drawn([[t] for t in tokens], [[None] for _ in tokens])
         logprobs = self.logprobs(row_logits, seqs, tokens)
         return Drawn([[t] for t in tokens], [[lp] for lp in logprobs])
 
     def sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
-        batch = self._sampling_batch(seqs)
+        """One token per sequence from `logits` `[len(seqs), V]` (already masked by grammars), by each one's params
+        and stream."""
+        return self._sample(logits, seqs, self._sampling_batch(seqs))
+
+    def _sample(self, logits: torch.Tensor, seqs: list[SequenceState], batch: SamplingBatch) -> list[int]:
         generators = [s.generator for s in seqs]
         if not batch.needs_output_tokens:
             return sample(logits, batch, generators, eos_token_ids=self.eos_token_ids).tolist()

@@ -84,31 +84,31 @@ class StepBatch:
         """A decode step's batch, equal to `build` of `(([token_ids[b]], positions[b], [slots[b]], block_tables[b])
         for b ...)`: one new token per sequence. `block_tables` is one list of block ids per sequence, or the tables
         already padded with 0 as an int64 array `[B, max_blocks]` (what the persistent batch measured in
-        benchmarks/step_batch.py keeps from step to step). The inputs go through one host array; the fields that are the same for every decode
-        step of B sequences (sequence b's only query is flat token b, its last) are shared tensors, made once per
+        benchmarks/step_batch.py keeps from step to step). The inputs go through one host array, made from one list;
+        the fields that are the same for every decode step of B sequences (sequence b's only query is flat token b, its last) are shared tensors, made once per
         (B, device), to be read, never written."""
         num_seqs = len(token_ids)
         if not num_seqs or not (len(positions) == len(slots) == len(block_tables) == num_seqs):
             raise ValueError(f"decode needs one token, position, slot and block table per sequence (at least one), "
                              f"got {num_seqs}, {len(positions)}, {len(slots)} and {len(block_tables)}")
-        head = np.array([*token_ids, *positions, *slots, *(p + 1 for p in positions)], dtype=np.int64)
-        if head[num_seqs:2 * num_seqs].min() < 0:
-            raise ValueError(f"positions must be >= 0, got {list(positions)!r:.200}")
+        flat = [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
         if isinstance(block_tables, np.ndarray):
             if block_tables.ndim != 2 or block_tables.dtype != np.int64:
                 raise ValueError(f"block_tables as an array must be int64 [B, max_blocks], got {block_tables.dtype} "
                                  f"{block_tables.shape}")
-            max_blocks, tables = block_tables.shape[1], block_tables.ravel()
+            max_blocks = block_tables.shape[1]
+            host = np.concatenate([np.array(flat, dtype=np.int64), block_tables.ravel()])
         else:
             max_blocks = max(map(len, block_tables))
-            tables = []
-            for table in block_tables:
-                tables += table
+            for table in block_tables:         # the padded tables go into the same list: one array for all
+                flat += table
                 if len(table) < max_blocks:
-                    tables += [0] * (max_blocks - len(table))
-            tables = np.array(tables, dtype=np.int64)
+                    flat += [0] * (max_blocks - len(table))
+            host = np.array(flat, dtype=np.int64)
+        if host[num_seqs:2 * num_seqs].min() < 0:
+            raise ValueError(f"positions must be >= 0, got {list(positions)!r:.200}")
         device = torch.device(device)
-        flat = torch.from_numpy(np.concatenate([head, tables]))
+        flat = torch.from_numpy(host)
         if device.type != "cpu":
             flat = flat.to(device)
         input_ids, positions_t, slots_t, context_lens, tables_t = flat.split([num_seqs] * 4 + [num_seqs * max_blocks])
