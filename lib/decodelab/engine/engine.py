@@ -254,14 +254,15 @@ class Engine:
     def _account(self, plan: Schedule) -> tuple[int, int, int]:
         """Count the step's tokens; return, as the model ran, the slots holding live K/V, the slots allocated and
         the sequences holding blocks."""
-        live, allocated = self.pool.filled_slots(), self.pool.num_used_blocks * self.block_size
+        layout = self.layout
+        pool = layout.pool
+        live, allocated = pool.filled_slots(), pool.num_used_blocks * layout.block_size
         self._steps += 1
         self._utilization_sum += live / allocated
-        num_new = sum(len(sched.token_ids) for sched in plan.scheduled)
         if plan.kind is StepKind.PREFILL:
-            self._prefill_tokens += num_new
+            self._prefill_tokens += sum(len(sched.token_ids) for sched in plan.scheduled)
         else:
-            self._decode_tokens += num_new
+            self._decode_tokens += len(plan.scheduled)            # a decode step feeds one token per sequence
         return live, allocated, len(self.scheduler.running)
 
     def _step_output(self, plan: Schedule, drafts: Drafts, drawn: Drawn, update: StepUpdate, live: int,
