@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from decodelab.book.tables import Table
+from decodelab.decoding.request import quiet_finish
 from decodelab.engine.scheduler import Drawn, Scheduler
 from decodelab.kv.blocks import BlockTable
 from decodelab.kv.layout import PagedLayout
@@ -72,7 +73,9 @@ def time_decodelab(prompts: list[list[int]], decode_steps: int, block_size: int,
 
     scheduler = Scheduler(layout, max_num_seqs=num_seqs, max_num_batched_tokens=1 << 20, finish_rule=finish)
     for i, prompt in enumerate(prompts):
-        scheduler.add(scheduler.new_sequence(i, prompt, params, BlockTable(block_size), None))
+        # the engine's hint that only EOS or the length can end it (`quiet_finish`), so the rule runs only then
+        scheduler.add(scheduler.new_sequence(i, prompt, params, BlockTable(block_size), None,
+                                             quiet=quiet_finish(params, len(prompt), {EOS}, None)))
     tokens = [[[3 + (i * 7 + step) % (VOCAB - 3)] for i in range(num_seqs)] for step in range(decode_steps)]
     none = [[None] for _ in range(num_seqs)]
     plan = scheduler.schedule()                         # the prefill step, not timed

@@ -165,6 +165,18 @@ def finish_reason(params: SamplingParams, token: int, num_output: int, num_token
     return None
 
 
+def quiet_finish(params: SamplingParams, num_prompt_tokens: int, eos_ids: set[int],
+                 context: int | None) -> tuple[frozenset[int], int] | None:
+    """What `finish_reason` guarantees of a sample without stop strings: (the tokens that may end it, the length in
+    tokens that ends it). Below that length any other token leaves it running, so an engine need not ask the rule
+    at every token (`SequenceState.quiet`). None with stop strings, which the output's text decides."""
+    if params.stop:
+        return None
+    ends = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_ids))
+    length = num_prompt_tokens + params.max_tokens
+    return ends, length if context is None else min(length, context)
+
+
 def text_decoder(tokenizer) -> Callable[[list[int]], str] | None:
     """Token ids -> text with special tokens skipped, or None without a tokenizer."""
     if tokenizer is None:

@@ -41,7 +41,8 @@ import torch
 
 from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
-                                        prompt_token_ids, text_decoder, with_bad_word_ids)
+                                        prompt_token_ids, quiet_finish, text_decoder,
+                                        with_bad_word_ids)
 from decodelab.engine.config import EngineConfig, kv_memory_limit
 from decodelab.engine.draw import TokenDrawer
 from decodelab.engine.outputs import EngineStats, SequenceView, StepKind, StepOutput, TokenEvent
@@ -294,13 +295,8 @@ class Engine:
                              self.max_model_len, seq.detokenizer)
 
     def _quiet(self, params: SamplingParams, num_prompt_tokens: int) -> tuple[frozenset[int], int] | None:
-        """What `_finish_reason` guarantees for a request without stop strings: only a stop token (EOS too, unless
-        `ignore_eos`) or the length (prompt + max_tokens, or the context) ends it (`SequenceState.quiet`)."""
-        if params.stop:
-            return None
-        ends = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(self.eos_token_ids))
-        length = num_prompt_tokens + params.max_tokens
-        return ends, length if self.max_model_len is None else min(length, self.max_model_len)
+        """What `_finish_reason` guarantees (`decodelab.decoding.request.quiet_finish`; `SequenceState.quiet`)."""
+        return quiet_finish(params, num_prompt_tokens, self.eos_token_ids, self.max_model_len)
 
     def _completion(self, seqs: list[SequenceState]) -> Completion:
         """A finished request's Completion from its samples (by index): sample 0's fields, and all n as `samples`."""
