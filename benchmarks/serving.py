@@ -128,10 +128,12 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "t
     timed(engine.runner, "execute", "execute (batch + forward)")
     timed(engine.scheduler, "schedule", "schedule")
     timed(engine.scheduler, "update_from_output", "postprocess")
-    timed(engine.drawer, "sample", "sample")
+    timed(engine.drawer, "_sample", "sample")                # the draw (draw() calls it with the batch)
     timed(sampling, "_exponential_noise", "sample: noise")   # module functions: put back below
     timed(sampling, "rests", "sample: noise")                 # the counter-based draw: the uniforms ...
-    timed(sampling, "_draw_columns", "sample: noise")          # ... and where they fall
+    timed(sampling, "_draw_columns", "sample: noise")          # ... and where they fall (mixed groups),
+    timed(sampling, "_cdf", "sample: noise")                   # or, for a plain batch of counter rows, the cdf
+    timed(sampling, "_search", "sample: noise")                # and the search on it
     try:
         for i, (prompt, out) in enumerate(requests):
             engine.add_request(prompt, SamplingParams(temperature=1.0, seed=i if seeded else None, max_tokens=out,

@@ -489,7 +489,11 @@ README_SOURCES: dict[str, list[str]] = {
     "### The decode step's batch and per-step trims": ["benchmarks/results/step-batch.json",
                                                         "benchmarks/results/step-cost-ab.json",
                                                         "benchmarks/results/step-cost-full-ab.json",
-                                                        "benchmarks/results/engine-targets.json"],
+                                                        "benchmarks/results/step-cost-targets.json"],
+    "### The draw's fixed costs and the finish rule": ["benchmarks/results/per-step-trims-ab.json",
+                                                       "benchmarks/results/per-step-trims-full-ab.json",
+                                                       "benchmarks/results/bookkeeping-quiet-ab.json",
+                                                       "benchmarks/results/engine-targets.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }

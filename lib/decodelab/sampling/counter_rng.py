@@ -1,6 +1,6 @@
-"""Counter-based random streams: draw i of a seeded sample is a hash of (seed, i), so a batch's rows get their draws
-in one vectorised call instead of one generator call per row (the idea of Philox in cuRAND and JAX; here SplitMix64's
-mixer, in numpy, on the host).
+"""Counter-based random streams: draw i of a seeded sample is a hash of (seed, i), so the draws of many rows, and many
+draws ahead of each, are made in one vectorised call instead of one generator call per row and step (the idea of
+Philox in cuRAND and JAX; here SplitMix64's mixer, in numpy, on the host).
 
 A `torch.Generator` per seeded row, the default (`rng="torch"`), makes each random row draw V Exponential(1) numbers
 for `argmax(p / E)`: on a CPU that is tens of nanoseconds per vocabulary entry, per row, per step. A `CounterRNG`
