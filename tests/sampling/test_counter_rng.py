@@ -40,12 +40,12 @@ def _splitmix64(key: int, count: int) -> list[float]:
 
 def test_draws_hashed_ahead_are_splitmix64_at_every_offset():
     """Draws are hashed ahead in blocks (32, 64, ... 256) and for several streams at once; whatever the block, draw i
-    is output i + 1 of SplitMix64 from the key, across block ends, with the same stream twice in one batch, and after
-    `offset` is set by hand."""
+    is output i + 1 of SplitMix64 from the key, across block ends, with the same stream twice in one batch (both rows
+    read the same draw before it advances by two, as every row reads before any stream moves), and after `offset` is
+    set by hand."""
     a, b, c = CounterRNG(5), CounterRNG(6), CounterRNG(5)
-    drawn = [batch_uniforms([a, b, a]).tolist() for _ in range(300)]       # a draws twice per batch, b once
-    assert [row[0] for row in drawn] == _splitmix64(a.key, 600)[0::2]
-    assert [row[2] for row in drawn] == _splitmix64(a.key, 600)[1::2]
+    drawn = [batch_uniforms([a, b, a]).tolist() for _ in range(300)]       # a named twice per batch, b once
+    assert [row[0] for row in drawn] == [row[2] for row in drawn] == _splitmix64(a.key, 600)[0::2]
     assert [row[1] for row in drawn] == _splitmix64(b.key, 300)
     assert (a.offset, b.offset) == (600, 300)
     c.offset = 1000                                                        # past every block hashed so far
@@ -206,3 +206,17 @@ def test_counter_rows_are_checked_on_their_sums_before_any_stream_advances(tempe
     good = [0, 4, 5]
     tokens = sample(logits[good], params, [streams[i] for i in good]).tolist()
     assert tokens[2] == 0 and tokens[1] >= 50 and [streams[i].offset for i in good] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.8), SamplingParams(top_p=0.8)],
+                         ids=["plain batch", "top-p rows, densified"])
+def test_rows_sharing_a_stream_read_the_same_draw_whatever_their_order(params):
+    """A stream named by several rows of one call gives each of them the draw it held when the call began (every row
+    reads before any stream moves), so identical rows pick the same token, and the stream advances once per row."""
+    row = torch.randn(1, 200, generator=torch.Generator().manual_seed(2)) * 2
+    other = torch.randn(1, 200, generator=torch.Generator().manual_seed(3))
+    shared, alone = make_generator(4, rng="counter"), make_generator(5, rng="counter")
+    for step in range(40):                     # past the first block of hashed draws (32)
+        tokens = sample(torch.cat([row, other, row]), [params] * 3, [shared, alone, shared]).tolist()
+        assert tokens[0] == tokens[2], step
+    assert (shared.offset, alone.offset) == (80, 40)

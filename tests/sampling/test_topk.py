@@ -63,6 +63,7 @@ def test_sampler_fast_path_through_chunks_keeps_the_sort_paths_tokens():
                          ids=["top-k: checked on the chunk maxima", "plain: checked on the logits", "plain, counter"])
 def test_sampler_still_rejects_nan_and_inf_rows(bad, params):
     from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
+    params = dict(params)                 # pytest shares the parametrized dict between the values of `bad`
     rng = params.pop("rng", "torch")
     generators = [make_generator(i, rng=rng) for i in range(3)]
     logits = torch.randn(3, 32768)

@@ -52,9 +52,9 @@ class SamplingBatch:
         self.has_constraints = any(constraints)                                # decodelab.sampling.constraints
         self.needs_output_tokens = any(outputs)
         self.has_bad_word_strings = any(bad_strings)                           # not yet tokenized: an error here
-        # every row random, with no truncation: one dense group whose only processor can be the temperature
         self.has_grammar = any(p.grammar is not None for p in self.params)     # masks before the draw (an engine's)
         self.has_logprobs = any(p.logprobs is not None for p in self.params)   # logprobs after it
+        # every row random, with no truncation: one dense group whose only processor can be the temperature
         self.plain = all(plain)
         self.tempered = any(tempered)                                          # some random row's temperature != 1
         self._argmax = argmax

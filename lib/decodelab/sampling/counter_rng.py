@@ -61,10 +61,11 @@ class CounterRNG:
     a function of (seed, i) alone. The key is a mix of the seed, so neighbouring seeds start far apart in SplitMix64's
     sequence. `device` is where the rows it draws for live (the draws are made on the host).
 
-    The stream's next draws are hashed ahead, 32 of them, then 64, ... up to 256 (a long sample pays one numpy call
-    per 256 tokens, a short one does not hash hundreds it never uses), for every stream that ran out in one
-    vectorised call: a batch's draw is one list read per row, not a dozen numpy calls per step. What is drawn is the same, draw i = hash(seed, i),
-    whatever the buffer; setting `offset` moves the stream (the buffer is refilled from there).
+    The stream's next draws are hashed ahead, for every stream that ran out in one vectorised call: twice as many as
+    the most any of them had, from 32 up to 256 (a long sample pays one numpy call per 256 tokens; a new sample
+    refilled on its own hashes 32). A batch's draw is then one list read per row, not a dozen numpy calls per step.
+    What is drawn is the same, draw i = hash(seed, i), whatever the buffer; setting `offset` moves the stream (the
+    buffer is refilled from there).
 
     `make_generator(seed, device, rng="counter")` makes one; `sample`, the engine and speculative decoding accept it
     wherever they accept a `torch.Generator`."""
@@ -105,17 +106,14 @@ def _hash_ahead(rngs: list[CounterRNG]) -> None:
 
 def next_uniforms(rngs: Sequence[CounterRNG]) -> list[float]:
     """The next uniform of each stream, as Python floats (float64), each stream advanced by one: a list read per row,
-    and one vectorised hash for the streams whose hashed draws ran out."""
+    and one vectorised hash for the streams whose hashed draws ran out. Every row reads its stream's draw before any
+    stream advances, so a stream named twice gives both rows the same draw (and advances by two), whatever the
+    order of the rows."""
     stale = [r for r in rngs if not 0 <= r.offset - r._start < len(r._ahead)]
     if stale:
         _hash_ahead(stale)
-    out = []
+    out = [r._ahead[r.offset - r._start] for r in rngs]
     for r in rngs:
-        i = r.offset - r._start
-        if i >= len(r._ahead):   # the same stream twice in `rngs`, its hashed draws used up by the first
-            _hash_ahead([r])
-            i = 0
-        out.append(r._ahead[i])
         r.offset += 1
     return out
 
@@ -145,8 +143,9 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
     inside = np.all((u >= 0.0) & (u < 1.0)) if isinstance(u, np.ndarray) else ((u >= 0) & (u < 1)).all()
     if not bool(inside):   # a NaN fails too
         raise ValueError(f"u must lie in [0, 1), got {u!r:.200}")
-    u = u if isinstance(u, np.ndarray) else u.detach().to("cpu", torch.float64).numpy()
-    return _draw_columns(probs, 1.0 - u.astype(np.float64, copy=False))
+    # 1 - u in u's own precision for an array (float64 as `batch_uniforms` makes it), in float64 for a tensor
+    rest = (1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u.detach().to("cpu", torch.float64).numpy()
+    return _draw_columns(probs, rest.astype(np.float64, copy=False))
 
 
 def rests(rngs: Sequence[CounterRNG]) -> np.ndarray:

@@ -111,8 +111,9 @@ def _bad_rows(rows: list[int]) -> ValueError:
 
 def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, method: str, eos_token_ids=None):
     """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters and the penalised logits `[B, V]`
-    (float32, or float64 for float64 input; the input is never modified). The rows are checked by `_checked_maxima`,
-    once the routes say whether the fast path needs chunk maxima."""
+    (float32, or float64 for float64 input; the input is never modified). The rows are checked once the routes are
+    known: by `_checked_maxima` (on the chunk maxima when a fast route reads them, else on the logits), or, for a
+    plain batch of counter rows on the CPU, inside the draw (`_draw_checked_counter_rows`)."""
     _check_logits(logits)
     if method not in fast_paths.METHODS:
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
@@ -225,8 +226,9 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     if counter_rejection:
         routes = fast_paths.densify(routes, counter_rejection)
     if not (batch.argmax_rows or routes.top_k or routes.rejection):
-        # a plain batch: every row random and in the one dense group; each row's draw depends on that row alone, so
-        # the group is every row in order, whatever order the routes listed them in
+        # a plain batch: every row random and in the one dense group; each row's draw depends on its own logits and
+        # on its stream as the call found it (every row reads before any stream moves), so the group is every row
+        # in order, whatever order the routes listed them in
         processors = used_processors(batch)
         checked_by_draw = counters and x.device.type == "cpu" and all(type(p) is Temperature for p in processors)
         if not checked_by_draw:
