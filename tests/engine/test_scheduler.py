@@ -233,3 +233,16 @@ def test_the_one_pass_decode_step_plans_what_asking_each_table_plans(seed):
     assert True in layouts[0].answers and False in layouts[0].answers, "one of the two decode paths was not taken"
     assert any(kind == "decode" and preempted for kind, preempted, _ in kinds), "no preemption was reached"
     assert any(kind == "decode" and copies for kind, _, copies in kinds), "no copy-on-write was reached"
+
+
+@pytest.mark.parametrize("quiet", [[frozenset(), 5], (frozenset(), 5, 1), ({2}, 5), (frozenset({2}), 5.0),
+                                   (frozenset({2}), -1)])
+def test_a_bad_quiet_hint_is_refused_by_name(quiet):
+    scheduler = make()
+    with pytest.raises(ValueError, match="quiet must be None or"):
+        scheduler.new_sequence(0, [5, 6], SamplingParams(max_tokens=4), scheduler.layout.new_table(2, 4), None,
+                               quiet=quiet)
+    assert not scheduler.requests and not scheduler.waiting          # nothing queued
+    seq = scheduler.new_sequence(0, [5, 6], SamplingParams(max_tokens=4), scheduler.layout.new_table(2, 4), None,
+                                 quiet=(frozenset({2}), 6))
+    assert seq.quiet == (frozenset({2}), 6)

@@ -41,8 +41,7 @@ import torch
 
 from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_token_ids, finish_reason, output_text,
-                                        prompt_token_ids, quiet_finish, text_decoder,
-                                        with_bad_word_ids)
+                                        prompt_token_ids, quiet_finish, text_decoder, with_bad_word_ids)
 from decodelab.engine.config import EngineConfig, kv_memory_limit
 from decodelab.engine.draw import TokenDrawer
 from decodelab.engine.outputs import EngineStats, SequenceView, StepKind, StepOutput, TokenEvent

@@ -148,6 +148,10 @@ class Scheduler:
         the finish rule's stop strings (the forks get their own). `quiet`: what the finish rule guarantees (the
         tokens that may end the sequence, the length that ends it; `SequenceState.quiet`), so that the common step
         need not call it; None (the default) asks the rule at every token."""
+        if quiet is not None and not (type(quiet) is tuple and len(quiet) == 2 and type(quiet[0]) is frozenset
+                                      and type(quiet[1]) is int and quiet[1] >= 0):
+            raise ValueError(f"quiet must be None or (frozenset of token ids, length >= 0), as "
+                             f"decodelab.decoding.request.quiet_finish makes it, got {quiet!r:.100}")
         return SequenceState(next(self._seq_ids), request_id, 0, list(prompt_ids), len(prompt_ids), params, table,
                              generator, params.n - 1, detokenizer=detokenizer, quiet=quiet)
 
