@@ -85,8 +85,8 @@ class StepBatch:
         for b ...)`: one new token per sequence. `block_tables` is one list of block ids per sequence, or the tables
         already padded with 0 as an int64 array `[B, max_blocks]` (what the persistent batch measured in
         benchmarks/step_batch.py keeps from step to step). The inputs go through one host array, made from one list;
-        the fields that are the same for every decode step of B sequences (sequence b's only query is flat token b, its last) are shared tensors, made once per
-        (B, device), to be read, never written."""
+        the fields that are the same for every decode step of B sequences (sequence b's only query is flat token b,
+        its last) are shared tensors, made once per (B, device), to be read, never written."""
         num_seqs = len(token_ids)
         if not num_seqs or not (len(positions) == len(slots) == len(block_tables) == num_seqs):
             raise ValueError(f"decode needs one token, position, slot and block table per sequence (at least one), "
