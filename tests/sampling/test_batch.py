@@ -180,7 +180,7 @@ def test_a_batch_leaves_its_params_copyable_and_forgets_them_when_freed():
     batch = SamplingBatch([p, SamplingParams(temperature=0.0)])
     assert SamplingParams(**{**p.__dict__, "seed": 4}) == SamplingParams(temperature=0.7, top_k=5,
                                                                          repetition_penalty=1.2, seed=4)
-    assert params_module.batch_row(p) == (False, 5, 0, True, False, True, False, False, True)
+    assert params_module.batch_row(p) == (False, 5, 0, True, False, True, False, False, True, False, False, False)
     assert batch.has_penalties and batch.argmax_rows == (1,) and batch.top_k == (5, 0)
     key = id(p)
     assert key in params_module._BATCH_ROWS

@@ -52,6 +52,9 @@ def test_draws_hashed_ahead_are_splitmix64_at_every_offset():
     assert c.uniform() == _splitmix64(c.key, 1001)[1000]
     c.offset = 3                                                           # back, before the block just hashed
     assert [c.uniform() for _ in range(40)] == _splitmix64(c.key, 43)[3:]
+    with pytest.raises(ValueError, match="offset"):
+        c.offset = -5                                                      # refused: the stream stays where it was
+    assert (c.offset, c.uniform()) == (43, _splitmix64(c.key, 44)[43])
 
 
 def test_uniforms_are_uniform_and_independent_across_seeds_and_offsets():
@@ -91,6 +94,8 @@ def test_categorical_and_uniform_take_both_kinds_of_stream():
     (lambda: make_generator(-3, rng="counter"), ValueError, r"seed must be None or an int in \[0, 2\*\*63\)"),
     (lambda: sample(torch.zeros(1, 3), SamplingParams(), [object()]), TypeError,
      "generators\\[0\\] must be a torch.Generator, a CounterRNG or None, got object"),
+    (lambda: setattr(CounterRNG(1), "offset", -1), ValueError, "offset must be an int >= 0, got -1"),
+    (lambda: setattr(CounterRNG(1), "offset", 2.5), ValueError, "offset must be an int"),
 ])
 def test_bad_streams_are_refused_by_name(call, error, message):
     with pytest.raises(error, match=message):

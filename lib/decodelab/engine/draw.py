@@ -16,7 +16,7 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -34,12 +34,13 @@ class TokenDrawer:
     def __init__(self, device: torch.device, eos_token_ids: Collection[int] = ()) -> None:
         self.device = device
         self.eos_token_ids = frozenset(eos_token_ids)          # masked with stop_token_ids until min_tokens
-        self._sampling_key: tuple[int, ...] | None = None   # the sequences the cached SamplingBatch was built for
+        self._sampling_key: tuple[SequenceState, ...] | None = None   # the sequences of the cached batch, in order
         self._sampling: SamplingBatch | None = None
+        self._generators: list = []                          # their streams, in the same order
 
     def draw(self, plan: Schedule, logits: torch.Tensor) -> Drawn:
         """One token per sample of `plan` from `logits` `[len(plan.scheduled), V]` (one row per scheduled sequence)."""
-        rows, seqs = [row for row, _ in plan.samples], [seq for _, seq in plan.samples]
+        rows, seqs = zip(*plan.samples)                                        # one pass, two tuples
         row_logits = take_rows(logits, rows)                                   # [len(seqs), V]
         batch = self._sampling_batch(seqs)
         if batch.has_grammar:                                                  # requests with a grammar
@@ -56,7 +57,7 @@ class TokenDrawer:
         return self._sample(logits, seqs, self._sampling_batch(seqs))
 
     def _sample(self, logits: torch.Tensor, seqs: list[SequenceState], batch: SamplingBatch) -> list[int]:
-        generators = [s.generator for s in seqs]
+        generators = self._generators if batch is self._sampling else [s.generator for s in seqs]
         if not batch.needs_output_tokens:
             return sample(logits, batch, generators, eos_token_ids=self.eos_token_ids).tolist()
         # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s; min_tokens and
@@ -65,11 +66,13 @@ class TokenDrawer:
                       prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs],
                       eos_token_ids=self.eos_token_ids).tolist()
 
-    def _sampling_batch(self, seqs: list[SequenceState]) -> SamplingBatch:
-        """The rows' parameters as tensors, rebuilt only when the sequences drawing this step change."""
-        key = tuple(s.seq_id for s in seqs)
+    def _sampling_batch(self, seqs: Sequence[SequenceState]) -> SamplingBatch:
+        """The rows' parameters as tensors, and their streams, rebuilt only when the sequences drawing this step
+        change (a sequence keeps its params and its stream for its life, preempted or not)."""
+        key = seqs if type(seqs) is tuple else tuple(seqs)      # compared by identity first: one C loop
         if self._sampling_key != key:
             self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.device)
+            self._generators = [s.generator for s in seqs]
         return self._sampling
 
     @staticmethod

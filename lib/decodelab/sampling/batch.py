@@ -35,32 +35,38 @@ class SamplingBatch:
     def __init__(self, params: Sequence[SamplingParams], device: torch.device | str = "cpu") -> None:
         if isinstance(params, (str, bytes)) or not isinstance(params, Sequence) or len(params) == 0:
             raise TypeError(f"params must be a non-empty sequence of SamplingParams, got {params!r:.100}")
-        for i, row in enumerate(params):
-            if not isinstance(row, SamplingParams):
-                raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
         self.params = tuple(params)
+        if not all(type(row) is SamplingParams for row in self.params):   # (one pass; a subclass is checked below)
+            for i, row in enumerate(self.params):
+                if not isinstance(row, SamplingParams):
+                    raise TypeError(f"params[{i}] must be a SamplingParams, got {type(row).__name__}")
         self.rows = tuple(range(len(self.params)))                            # every row, in order
         self.device = torch.device(device)
-        # each row's flags, made once per params object (`batch_row`), transposed into columns
-        (argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings, plain,
-         tempered) = zip(*map(batch_row, self.params))
-        self.argmax_rows = tuple(i for i, only in enumerate(argmax) if only)
-        self.random_rows = tuple(i for i, only in enumerate(argmax) if not only)
+        # each row's flags, made once per params object (`batch_row`), transposed into columns; each summary below
+        # is one C-level pass over a column
+        (argmax, top_k, ngram_sizes, penalties, constraints, outputs, bad_strings, plain, tempered, grammar,
+         logprobs, biased) = zip(*map(batch_row, self.params))
+        if any(argmax):
+            self.argmax_rows = tuple(i for i, only in enumerate(argmax) if only)
+            self.random_rows = tuple(i for i, only in enumerate(argmax) if not only)
+        else:
+            self.argmax_rows, self.random_rows = (), self.rows
         self.top_k = top_k                                                     # per row, 0 = off
         self.ngram_sizes = ngram_sizes
         self.has_penalties = any(penalties)
         self.has_constraints = any(constraints)                                # decodelab.sampling.constraints
         self.needs_output_tokens = any(outputs)
         self.has_bad_word_strings = any(bad_strings)                           # not yet tokenized: an error here
-        self.has_grammar = any(p.grammar is not None for p in self.params)     # masks before the draw (an engine's)
-        self.has_logprobs = any(p.logprobs is not None for p in self.params)   # logprobs after it
+        self.has_grammar = any(grammar)                                        # masks before the draw (an engine's)
+        self.has_logprobs = any(logprobs)                                      # logprobs after it
         # every row random, with no truncation: one dense group whose only processor can be the temperature
         self.plain = all(plain)
         self.tempered = any(tempered)                                          # some random row's temperature != 1
         self._argmax = argmax
         self._values: dict[str, tuple] = {}   # a parameter's per-row values, made when first asked (`values`)
         # (row, token id, bias) of every logit_bias entry, added to the logits before anything else
-        self.logit_bias = tuple((i, token, bias) for i, p in enumerate(self.params) for token, bias in p.logit_bias)
+        self.logit_bias = (tuple((i, token, bias) for i, p in enumerate(self.params) for token, bias in p.logit_bias)
+                           if any(biased) else ())
         self._columns: dict[tuple[str, torch.dtype], torch.Tensor] = {}
         self._memo: dict = {}
 

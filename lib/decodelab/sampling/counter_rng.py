@@ -70,17 +70,27 @@ class CounterRNG:
     `make_generator(seed, device, rng="counter")` makes one; `sample`, the engine and speculative decoding accept it
     wherever they accept a `torch.Generator`."""
 
-    __slots__ = ("seed", "key", "offset", "device", "_start", "_ahead")
+    __slots__ = ("seed", "key", "device", "_start", "_ahead", "_pos")
 
     def __init__(self, seed: int, device: torch.device | str = "cpu") -> None:
         self.seed = check_int(seed, "seed", low=0)
         if self.seed >= 2 ** 63:
             raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
         self.key = int(_mix64(np.array([self.seed], dtype=np.uint64) ^ _STREAM)[0])
-        self.offset = 0
         self.device = torch.device(device)
         self._start = 0                       # the offset of _ahead[0]
         self._ahead: list[float] = []         # draws _start, _start + 1, ... already hashed
+        self._pos = 0                         # the next draw is _ahead[_pos] (_pos == len(_ahead): hash more)
+
+    @property
+    def offset(self) -> int:
+        """The draws made so far: the next draw is draw `offset` of the stream."""
+        return self._start + self._pos
+
+    @offset.setter
+    def offset(self, value: int) -> None:
+        value = check_int(value, "offset", low=0)
+        self._start, self._ahead, self._pos = value, [], 0     # hashed again from there when next drawn
 
     def __repr__(self) -> str:
         return f"CounterRNG(seed={self.seed}, offset={self.offset}, device={self.device})"
@@ -101,7 +111,7 @@ def _hash_ahead(rngs: list[CounterRNG]) -> None:
     offsets = np.fromiter((r.offset for r in rngs), dtype=np.uint64, count=len(rngs))[:, None]     # [n, 1]
     drawn = _uniforms(keys, offsets + np.arange(count, dtype=np.uint64)).tolist()                # [n, count]
     for r, ahead in zip(rngs, drawn):
-        r._ahead, r._start = ahead, r.offset
+        r._ahead, r._start, r._pos = ahead, r._start + r._pos, 0
 
 
 def next_uniforms(rngs: Sequence[CounterRNG]) -> list[float]:
@@ -109,12 +119,13 @@ def next_uniforms(rngs: Sequence[CounterRNG]) -> list[float]:
     and one vectorised hash for the streams whose hashed draws ran out. Every row reads its stream's draw before any
     stream advances, so a stream named twice gives both rows the same draw (and advances by two), whatever the
     order of the rows."""
-    stale = [r for r in rngs if not 0 <= r.offset - r._start < len(r._ahead)]
-    if stale:
-        _hash_ahead(stale)
-    out = [r._ahead[r.offset - r._start] for r in rngs]
+    try:
+        out = [r._ahead[r._pos] for r in rngs]               # _pos >= 0 always: only the end raises
+    except IndexError:
+        _hash_ahead([r for r in rngs if r._pos == len(r._ahead)])
+        out = [r._ahead[r._pos] for r in rngs]
     for r in rngs:
-        r.offset += 1
+        r._pos += 1
     return out
 
 
@@ -168,11 +179,15 @@ def _cdf(probs: torch.Tensor) -> torch.Tensor:
     return probs.cumsum(dim=-1, dtype=torch.float64)
 
 
-def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: np.ndarray, normalized: bool) -> torch.Tensor:
+def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: np.ndarray, normalized: bool,
+            totals: np.ndarray | None = None) -> torch.Tensor:
     """The columns where `rest` (1 - u, `[n]`) times each row's total falls in `cdf` (`_cdf(probs)`). On the CPU
-    the target is a numpy product on the cdf's own memory, cheaper than a tensor call."""
+    the target is a numpy product on the cdf's own memory, cheaper than a tensor call (`totals`: the cdf's last
+    column as that numpy view `[n, 1]`, when the caller has it already)."""
     if cdf.device.type == "cpu":
-        target = cdf.detach().numpy()[:, -1:] * rest.reshape(-1, 1)                        # [n, 1], in (0, total]
+        if totals is None:
+            totals = cdf.detach().numpy()[:, -1:]
+        target = totals * rest.reshape(-1, 1)                                              # [n, 1], in (0, total]
         if not normalized:
             np.maximum(target, _SMALLEST, out=target)
         return torch.searchsorted(cdf, torch.from_numpy(target)).view(-1)  # target <= the last value

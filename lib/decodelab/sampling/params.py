@@ -218,12 +218,13 @@ def _logit_bias(value) -> tuple[tuple[int, float], ...]:
 _BATCH_ROWS: dict[int, tuple] = {}   # id(params) -> batch_row(params), dropped when that params object is freed
 
 
-def batch_row(params: SamplingParams) -> tuple[bool, int, int, bool, bool, bool, bool, bool, bool]:
+def batch_row(params: SamplingParams) -> tuple[bool, int, int, bool, bool, bool, bool, bool, bool, bool, bool, bool]:
     """What `SamplingBatch` reads of one row, computed once per params object (an engine rebuilds its batch whenever a
     sequence joins or leaves, from the same params): (argmax, top_k with 0 for an argmax row, no_repeat_ngram_size,
     has_penalties, has_constraints, needs_output_tokens, bad words still strings, plain: a random row with no top-k,
-    top-p, min-p or typical, tempered: a random row with a temperature other than 1). Kept beside the object, keyed by
-    its id and dropped when it is freed, not in its __dict__, so `SamplingParams(**params.__dict__)` still copies one."""
+    top-p, min-p or typical, tempered: a random row with a temperature other than 1, has a grammar, asks for logprobs,
+    has a logit_bias). Kept beside the object, keyed by its id and dropped when it is freed, not in its __dict__, so
+    `SamplingParams(**params.__dict__)` still copies one."""
     row = _BATCH_ROWS.get(id(params))
     if row is None:
         argmax = params.greedy or params.top_k == 1
@@ -231,7 +232,8 @@ def batch_row(params: SamplingParams) -> tuple[bool, int, int, bool, bool, bool,
                  and params.typical_p == 1.0)
         row = (argmax, 0 if argmax else params.top_k, params.no_repeat_ngram_size, params.has_penalties,
                params.has_constraints, params.needs_output_tokens, bool(params.bad_words), plain,
-               not argmax and params.temperature != 1.0)
+               not argmax and params.temperature != 1.0, params.grammar is not None, params.logprobs is not None,
+               bool(params.logit_bias))
         _BATCH_ROWS[id(params)] = row
         weakref.finalize(params, _BATCH_ROWS.pop, id(params), None)
     return row

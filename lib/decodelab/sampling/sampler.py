@@ -24,6 +24,7 @@ Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -41,6 +42,7 @@ from decodelab.sampling.truncation import NEG_INF, all_rows, take_rows
 from decodelab.validation import check_int
 
 _MASK64 = (1 << 64) - 1
+_DEVICE = operator.attrgetter("device")
 
 
 def sample_seed(seed: int | None, index: int) -> int | None:
@@ -268,7 +270,8 @@ def _generators(generators, batch: SamplingBatch,
         raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
                          f"{generators!r:.200}")
     generators = list(generators)
-    if all(type(g) is CounterRNG and g.device == device for g in generators):  # the engine's counter rows: one pass
+    # the engine's counter rows, checked by two C-level passes (a Python loop over the rows costs more)
+    if set(map(type, generators)) == {CounterRNG} and set(map(_DEVICE, generators)) == {device}:
         return generators, True
     for i, g in enumerate(generators):
         if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
@@ -312,10 +315,10 @@ def _draw_checked_counter_rows(group: RowGroup, generators: list[CounterRNG]) ->
     on its own (`_check_rows`) costs a pass over the logits and a tensor call."""
     probs = torch.softmax(group.logits, dim=-1)  # [B, V]
     cdf = _cdf(probs)
-    totals = cdf.detach().numpy()[:, -1]
-    if not np.isfinite(totals).all():
-        raise _bad_rows(np.flatnonzero(~np.isfinite(totals)).tolist())
-    return _search(cdf, probs, rests(generators), normalized=True)
+    totals = cdf.detach().numpy()[:, -1:]        # [B, 1], each about 1 for a good row
+    if not np.isfinite(totals.sum()):            # a sum of finite totals (at most B) is finite
+        raise _bad_rows(np.flatnonzero(~np.isfinite(totals[:, 0])).tolist())
+    return _search(cdf, probs, rests(generators), normalized=True, totals=totals)
 
 
 def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
