@@ -1,11 +1,14 @@
-"""What a decode step's batch costs to build on the host, three ways, from the step's `ScheduledSeq`s as
+"""What a decode step's batch costs to build on the host, four ways, from the step's `ScheduledSeq`s as
 `PagedLlama.execute` gets them:
   build       `StepBatch.build`, the general builder (any number of new tokens per sequence), what decode steps
-              used before;
-  decode      `StepBatch.decode`, one token per sequence, tables padded anew every step: what `PagedLlama.decode_batch`
-              uses now;
+              used first;
+  decode      `StepBatch.decode`, one token per sequence, tables padded anew every step into a new array and tensor
+              (what `PagedLlama.decode_batch` used before `DecodeBuffers`);
   persistent  the padded block tables kept in a host array from step to step, only the rows whose table changed
-              rewritten (vLLM v1's `InputBatch` idea; `PersistentBatch` below, not in the library).
+              rewritten (vLLM v1's `InputBatch` idea; `PersistentBatch` below, not in the library);
+  buffers     `DecodeBuffers`: `decode`'s flat list written in place into the runner's buffer, the tensors and the
+              StepBatch over it made once per shape, so a step makes no tensor (what `PagedLlama.decode_batch` uses
+              now).
 
 Part 1 builds batches alone, in the steady state that favours the persistent batch: the same B sequences decode step
 after step at lengths of 16 to 200 tokens, a table growing a block every 16 steps, nothing finishing or joining.
@@ -42,12 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving  # noqa: E402
 from decodelab.engine import Engine  # noqa: E402
 from decodelab.engine.scheduler import ScheduledSeq  # noqa: E402
-from decodelab.runner.step_batch import StepBatch  # noqa: E402
+from decodelab.runner.step_batch import DecodeBuffers, StepBatch  # noqa: E402
 from decodelab.sampling import SamplingParams  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "step-batch.json"
 BLOCK_SIZE = 16
-VARIANTS = ("build", "decode", "persistent")
+VARIANTS = ("build", "decode", "persistent", "buffers")
 
 
 class PersistentBatch:
@@ -174,14 +177,17 @@ def time_variant(make, workload, repeats: int) -> float:
     return statistics.median(timings)
 
 
-def builders(persistent: PersistentBatch | None = None) -> dict:
+def builders(persistent: PersistentBatch | None = None, buffers: DecodeBuffers | None = None) -> dict:
     """Each variant as a function of a decode step's `ScheduledSeq`s."""
     persistent = persistent or PersistentBatch("cpu")
+    buffers = buffers or DecodeBuffers("cpu")
     return {
         "build": lambda step: StepBatch.build([(s.token_ids, s.start, s.slots, s.seq.table.block_ids) for s in step]),
         "decode": lambda step: StepBatch.decode([s.token_ids[0] for s in step], [s.start for s in step],
                                                 [s.slots[0] for s in step], [s.seq.table.block_ids for s in step]),
         "persistent": persistent.build,
+        "buffers": lambda step: buffers.batch([s.token_ids[0] for s in step], [s.start for s in step],
+                                              [s.slots[0] for s in step], [s.seq.table.block_ids for s in step]),
     }
 
 
@@ -191,7 +197,7 @@ def engine_run(model, requests, variant: str, check: bool = False) -> dict:
     engine = Engine(model, block_size=BLOCK_SIZE, max_num_seqs=32)
     runner = engine.runner
     persistent = PersistentBatch(runner.device)
-    make = builders(persistent)[variant]
+    make = builders(persistent, DecodeBuffers(runner.device))[variant]
     reference = builders()["build"]
 
     def decode_batch(scheduled):
@@ -234,12 +240,12 @@ def engine_comparison(model, requests, rounds: int) -> dict:
         engine_run(model, requests, variant, check=True)
     runs = {variant: [] for variant in VARIANTS}
     for r in range(rounds):
-        order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
+        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
         for variant in order:
             runs[variant].append(engine_run(model, requests, variant))
     out = {variant: {measure: statistics.median(run[measure] for run in runs[variant])
                      for measure in ("host_us_per_step", "wall_over_forward")} for variant in VARIANTS}
-    for variant in ("decode", "persistent"):
+    for variant in VARIANTS[1:]:
         out[variant]["host_over_build"] = out[variant]["host_us_per_step"] / out["build"]["host_us_per_step"]
     out["runs"] = runs
     return out
@@ -262,12 +268,13 @@ def main() -> None:
         variants = builders()
         for step in workload[:100]:
             reference = variants["build"](step)
-            for name in ("decode", "persistent"):
+            for name in VARIANTS[1:]:
                 check_equal(variants[name](step), reference, f"{name} at B={num_seqs}")
         row = {"rows": num_seqs, **{f"{name}_us": time_variant(make, workload, args.repeats)
                                      for name, make in variants.items()}}
         row["decode_over_build"] = row["decode_us"] / row["build_us"]
         row["persistent_over_decode"] = row["persistent_us"] / row["decode_us"]
+        row["buffers_over_decode"] = row["buffers_us"] / row["decode_us"]
         results.append(row)
     model, model_name = serving.load("cpu")
     vocab = model.config.vocab_size
@@ -286,14 +293,15 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": results, "engine": engine}, indent=1) + "\n")
     print("Building alone (steady state), microseconds per batch:")
-    print("| sequences | build | decode | persistent | decode / build | persistent / decode |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| sequences | build | decode | persistent | buffers | decode / build | persistent / decode | buffers / decode |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['rows']} | {r['build_us']:.1f} | {r['decode_us']:.1f} | {r['persistent_us']:.1f} | "
-              f"{r['decode_over_build']:.2f} | {r['persistent_over_decode']:.2f} |")
+              f"{r['buffers_us']:.1f} | {r['decode_over_build']:.2f} | {r['persistent_over_decode']:.2f} | "
+              f"{r['buffers_over_decode']:.2f} |")
     print("In the engine: host time around the forward (us per step), wall / forward:")
-    print("| workload | build | decode | persistent |")
-    print("|---|---:|---:|---:|")
+    print("| workload | build | decode | persistent | buffers |")
+    print("|---|---:|---:|---:|---:|")
     for name, result in engine.items():
         print(f"| {name} | " + " | ".join(f"{result[v]['host_us_per_step']:.0f} us, {result[v]['wall_over_forward']:.3f}x"
                                            for v in VARIANTS) + " |")

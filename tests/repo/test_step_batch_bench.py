@@ -66,5 +66,5 @@ def test_step_batch_benchmark_smoke(tmp_path):
     assert "In the engine" in table and result["meta"]["quick"] is True
     assert [row["rows"] for row in result["rows"]] == [8]
     short = result["engine"]["short"]
-    assert set(short) == {"build", "decode", "persistent", "runs"} and "chat" not in result["engine"]
+    assert set(short) == {"build", "decode", "persistent", "buffers", "runs"} and "chat" not in result["engine"]
     assert all(short[v]["host_us_per_step"] > 0 and short[v]["wall_over_forward"] > 1 for v in step_batch.VARIANTS)

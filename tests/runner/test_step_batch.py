@@ -1,5 +1,5 @@
-"""A decode step's batch (`StepBatch.decode`, through `PagedLlama.decode_batch`) equals the general builder's, in
-every engine step whatever happens to the tables; bad input is named."""
+"""A decode step's batch (`StepBatch.decode`, and the runner's `DecodeBuffers` through `PagedLlama.decode_batch`)
+equals the general builder's, in every engine step whatever happens to the tables; bad input is named."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -8,7 +8,7 @@ import torch
 
 from decodelab.engine.engine import Engine
 from decodelab.engine.scheduler import ScheduledSeq
-from decodelab.runner.step_batch import StepBatch
+from decodelab.runner.step_batch import DecodeBuffers, StepBatch
 from decodelab.sampling.sampler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -56,6 +56,54 @@ def test_decode_batches_do_not_share_what_they_are_made_from():
 def test_decode_names_bad_input(args, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         StepBatch.decode(*args)
+
+
+def test_decode_buffers_equal_decode_and_are_rewritten_in_place():
+    """Steps of one shape get the same StepBatch, its values rewritten (a batch is valid until the next call); a new
+    shape makes new views, a larger one a larger buffer; every batch equals `StepBatch.decode` of its lists."""
+    buffers = DecodeBuffers("cpu")
+    steps = [([11, 12, 13], [40, 3, 20], [70, 115, 132], [[4, 5, 6], [7], [8, 9]]),
+             ([21, 22, 23], [41, 4, 21], [71, 116, 133], [[4, 5, 6], [7], [8, 9]]),     # the same shape
+             ([31, 32], [42, 5], [72, 117], [[4, 5, 6], [7]]),                          # fewer sequences
+             ([1] * 9, list(range(9)), list(range(9)), [[b, b + 1, b + 2, b + 3] for b in range(9)])]   # larger
+    batches = []
+    for args in steps:
+        batch = buffers.batch(*args)
+        assert_same(batch, StepBatch.decode(*args))
+        batches.append(batch)
+    assert batches[0] is batches[1] and batches[2] is not batches[0] and batches[3] is not batches[0]
+    again = buffers.batch(*steps[2])                 # after the buffer grew, the shape is made again, in the new one
+    assert again is not batches[2]
+    assert_same(again, StepBatch.decode(*steps[2]))
+
+
+@pytest.mark.cuda
+def test_decode_buffers_on_cuda_copy_each_step_to_the_device():
+    buffers = DecodeBuffers("cuda")
+    for args in [([11, 12], [40, 3], [70, 115], [[4, 5, 6], [7]]), ([21, 22], [41, 4], [71, 116], [[4, 5, 6], [7]])]:
+        batch = buffers.batch(*args)
+        assert batch.input_ids.device.type == "cuda"
+        assert_same(batch, StepBatch.decode(*args, device="cuda"))
+
+
+def test_decode_buffers_keep_their_last_batch_when_refusing_bad_input():
+    buffers = DecodeBuffers("cpu")
+    good = ([5, 6], [20, 3], [36, 51], [[1, 2], [3]])
+    batch = buffers.batch(*good)
+    for bad, message in [(([5, 6], [20, -1], [36, 51], [[1, 2], [3]]), "positions must be >= 0, got [20, -1]"),
+                         (([5, 6], [20], [36, 51], [[1, 2], [3]]), "one token, position, slot and block table"),
+                         (([], [], [], []), "at least one")]:
+        with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            buffers.batch(*bad)
+    assert_same(batch, StepBatch.decode(*good))
+
+
+def test_decode_buffers_bound_the_shapes_they_keep():
+    buffers = DecodeBuffers("cpu", max_shapes=3)
+    for width in range(1, 8):
+        args = ([1, 2], [0, 1], [0, 1], [[0] * width, [1]])
+        assert_same(buffers.batch(*args), StepBatch.decode(*args))
+        assert len(buffers._shapes) <= 3
 
 
 def test_the_runner_names_a_step_that_is_not_a_decode(random_llama):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from decodelab.kv.contiguous_cache import model_kv_shape
 from decodelab.runner import triton_attention
 from decodelab.runner.attention import paged_attention, visible_keys, write_kv
-from decodelab.runner.step_batch import StepBatch
+from decodelab.runner.step_batch import DecodeBuffers, StepBatch
 
 ATTENTION_BACKENDS = ("torch", "triton")
 
@@ -114,6 +114,7 @@ class PagedLlama:
         if reason is not None:
             raise ValueError(f"attention='triton' cannot run here: {reason}")
         self.attention = attention
+        self._decode_buffers = DecodeBuffers(self.device)      # a decode step's inputs, written in place
 
     def _rope_frequencies(self, hf_model) -> tuple[torch.Tensor, float]:
         rope = getattr(self.config, "rope_parameters", None) or {}
@@ -156,8 +157,9 @@ class PagedLlama:
         return self.forward(StepBatch.build(sequences, self.device), kv_cache, all_logits=True)
 
     def decode_batch(self, scheduled: Sequence) -> StepBatch:
-        """The `StepBatch` of a decode step of `scheduled` (`ScheduledSeq`s, one new token and one slot each), by
-        `StepBatch.decode`: padded anew every step. Keeping the padded tables from step to step (vLLM's persistent
+        """The `StepBatch` of a decode step of `scheduled` (`ScheduledSeq`s, one new token and one slot each), in
+        the runner's `DecodeBuffers`: written in place, the tables padded anew every step, no tensor made (valid
+        until the next decode step). Keeping the padded tables from step to step as well (vLLM's persistent
         `InputBatch`) was measured beside it in the engine (`benchmarks/step_batch.py`) and did not pay here: the
         rows to move when sequences finish and join cost as much as the padding they save."""
         token_ids = [token for sched in scheduled for token in sched.token_ids]
@@ -165,8 +167,8 @@ class PagedLlama:
         if len(token_ids) != len(scheduled) or len(slots) != len(scheduled):
             raise ValueError(f"a decode step feeds one token into one slot per sequence, got {len(scheduled)} "
                              f"sequences, {len(token_ids)} tokens and {len(slots)} slots")
-        return StepBatch.decode(token_ids, [sched.start for sched in scheduled], slots,
-                                [sched.seq.table.block_ids for sched in scheduled], self.device)
+        return self._decode_buffers.batch(token_ids, [sched.start for sched in scheduled], slots,
+                                          [sched.seq.table.block_ids for sched in scheduled])
 
     @inference
     def execute_with_prompt_logits(self, plan, kv_cache: torch.Tensor,

@@ -88,25 +88,17 @@ class StepBatch:
         the fields that are the same for every decode step of B sequences (sequence b's only query is flat token b,
         its last) are shared tensors, made once per (B, device), to be read, never written."""
         num_seqs = len(token_ids)
-        if not num_seqs or not (len(positions) == len(slots) == len(block_tables) == num_seqs):
-            raise ValueError(f"decode needs one token, position, slot and block table per sequence (at least one), "
-                             f"got {num_seqs}, {len(positions)}, {len(slots)} and {len(block_tables)}")
-        flat = [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
         if isinstance(block_tables, np.ndarray):
+            _check_decode(token_ids, positions, slots, block_tables)
             if block_tables.ndim != 2 or block_tables.dtype != np.int64:
                 raise ValueError(f"block_tables as an array must be int64 [B, max_blocks], got {block_tables.dtype} "
                                  f"{block_tables.shape}")
             max_blocks = block_tables.shape[1]
+            flat = [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
             host = np.concatenate([np.array(flat, dtype=np.int64), block_tables.ravel()])
         else:
-            max_blocks = max(map(len, block_tables))
-            for table in block_tables:         # the padded tables go into the same list: one array for all
-                flat += table
-                if len(table) < max_blocks:
-                    flat += [0] * (max_blocks - len(table))
+            flat, max_blocks = _decode_host(token_ids, positions, slots, block_tables)
             host = np.array(flat, dtype=np.int64)
-        if host[num_seqs:2 * num_seqs].min() < 0:
-            raise ValueError(f"positions must be >= 0, got {list(positions)!r:.200}")
         device = torch.device(device)
         flat = torch.from_numpy(host)
         if device.type != "cpu":
@@ -115,6 +107,93 @@ class StepBatch:
         rows, query_index, query_valid = _decode_rows(num_seqs, device)
         return StepBatch(input_ids, positions_t, slots_t, query_index, query_valid, positions_t.view(num_seqs, 1),
                          tables_t.view(num_seqs, max_blocks), context_lens, rows, rows)
+
+
+def _check_decode(token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int],
+                  block_tables: Sequence) -> None:
+    """ValueError unless there is one token, position, slot and block table per sequence (at least one), every
+    position >= 0."""
+    num_seqs = len(token_ids)
+    if not num_seqs or not (len(positions) == len(slots) == len(block_tables) == num_seqs):
+        raise ValueError(f"decode needs one token, position, slot and block table per sequence (at least one), "
+                         f"got {num_seqs}, {len(positions)}, {len(slots)} and {len(block_tables)}")
+    if min(positions) < 0:
+        raise ValueError(f"positions must be >= 0, got {list(positions)!r:.200}")
+
+
+def _decode_host(token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int],
+                 block_tables: Sequence[Sequence[int]]) -> tuple[list[int], int]:
+    """A decode batch's inputs as one flat list, checked (`_check_decode`): tokens, positions, slots, context lengths
+    (position + 1), then each block table padded with 0 to the longest; and that length, max_blocks."""
+    _check_decode(token_ids, positions, slots, block_tables)
+    flat = [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
+    max_blocks = max(map(len, block_tables))
+    for table in block_tables:         # the padded tables go into the same list: one array for all
+        flat += table
+        if len(table) < max_blocks:
+            flat += [0] * (max_blocks - len(table))
+    return flat, max_blocks
+
+
+class DecodeBuffers:
+    """A decode step's inputs at fixed addresses, owned by a runner (`PagedLlama.decode_batch`): one int64 host
+    buffer, and one on the device when that is not the CPU, written in place at every step; for each shape (B
+    sequences, tables of max_blocks blocks) the tensors over it and the `StepBatch` holding them are made once. A
+    step then makes no tensor: it writes one flat list into the host buffer (and copies it to the device in one
+    call), where `StepBatch.decode` makes an array, a tensor and its views each time (each tensor call costs
+    microseconds, more with the forward's data in the caches). Inputs that stay at one address are also what a
+    captured CUDA graph replays from (vLLM keeps its step's inputs in persistent buffers for both reasons).
+
+    The batch `batch(...)` returns is the buffers': the next call writes over it, so it is valid until then (the
+    runner reads it in the same step). `StepBatch.decode` gives batches that share nothing.
+
+        buffers = DecodeBuffers("cpu")
+        batch = buffers.batch([11, 12], [40, 3], [70, 115], [[4, 2, 7], [9]])   # == StepBatch.decode(same)
+    """
+
+    def __init__(self, device: torch.device | str = "cpu", max_shapes: int = 256) -> None:
+        self.device = torch.device(device)
+        self.max_shapes = max_shapes
+        self._host = torch.zeros(0, dtype=torch.int64)          # grows to the largest batch seen
+        self._device = None if self.device.type == "cpu" else torch.zeros(0, dtype=torch.int64, device=self.device)
+        # (B, max_blocks) -> (the host buffer's first n entries as numpy, the host part as a tensor, the device part
+        # or None, the StepBatch over it)
+        self._shapes: dict[tuple[int, int], tuple[np.ndarray, torch.Tensor, torch.Tensor | None, StepBatch]] = {}
+
+    def batch(self, token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int],
+              block_tables: Sequence[Sequence[int]]) -> StepBatch:
+        """The `StepBatch` of a decode step, equal to `StepBatch.decode` of the same lists, in the buffers."""
+        flat, max_blocks = _decode_host(token_ids, positions, slots, block_tables)
+        entry = self._shapes.get((len(token_ids), max_blocks))
+        if entry is None:
+            entry = self._shape(len(token_ids), max_blocks)
+        host, host_tensor, on_device, batch = entry
+        host[:] = flat                                  # numpy converts the list in place: no array, no tensor
+        if on_device is not None:
+            on_device.copy_(host_tensor)
+        return batch
+
+    def _shape(self, num_seqs: int, max_blocks: int) -> tuple:
+        """The views and the StepBatch for one shape, made on its first step (the buffers grow, to twice the size,
+        when it does not fit)."""
+        size = num_seqs * (4 + max_blocks)
+        if size > self._host.numel():
+            capacity = max(size, 2 * self._host.numel())
+            self._host = torch.zeros(capacity, dtype=torch.int64)
+            if self._device is not None:
+                self._device = torch.zeros(capacity, dtype=torch.int64, device=self.device)
+            self._shapes.clear()             # batches made before keep the old buffers, which nothing writes again
+        if len(self._shapes) >= self.max_shapes:
+            self._shapes.clear()
+        host_tensor = self._host[:size]
+        flat = host_tensor if self._device is None else self._device[:size]
+        input_ids, positions, slots, context_lens, tables = flat.split([num_seqs] * 4 + [num_seqs * max_blocks])
+        rows, query_index, query_valid = _decode_rows(num_seqs, self.device)
+        batch = StepBatch(input_ids, positions, slots, query_index, query_valid, positions.view(num_seqs, 1),
+                          tables.view(num_seqs, max_blocks), context_lens, rows, rows)
+        entry = (host_tensor.numpy(), host_tensor, None if self._device is None else flat, batch)
+        self._shapes[(num_seqs, max_blocks)] = entry
+        return entry
 
 
 @functools.lru_cache(maxsize=64)
