@@ -208,3 +208,50 @@ def test_a_plain_batch_takes_the_routes_and_processors_the_general_rule_gives(te
     assert fast_paths.routes(mixed, "fast", True) == fast_paths.Routes((), (3,), (0, 1, 2))
     assert used_processors(mixed) == tuple(p for p in PROCESSORS if mixed.uses(p.param))
     assert not SamplingBatch([SamplingParams(temperature=0.0), SamplingParams()]).plain   # an argmax row
+
+
+@pytest.mark.parametrize("params, untouched", [
+    (SamplingParams(temperature=0.8, seed=1), True),
+    (SamplingParams(top_k=5, top_p=0.9), True),                     # truncation happens in the processors
+    (SamplingParams(logit_bias={3: 2.0}), False),
+    (SamplingParams(repetition_penalty=1.2), False),
+    (SamplingParams(no_repeat_ngram_size=2), False),
+    (SamplingParams(min_tokens=2), False),
+    (SamplingParams(allowed_token_ids=[1, 2]), False),
+    (SamplingParams(bad_word_ids=[[4]]), False),
+])
+def test_a_batch_knows_whether_any_row_changes_the_logits_before_the_processors(params, untouched):
+    """`untouched` lets the sampler skip step 2; a row that biases, penalises or masks turns it off, and the same
+    logits then give what the full step 2 gives."""
+    batch = SamplingBatch([SamplingParams(seed=0), params])
+    assert batch.untouched is untouched
+    logits = torch.randn(2, 30, generator=torch.Generator().manual_seed(0))
+    seen = [[1, 2, 4], [4, 4]]
+    assert torch.equal(process_logits(logits, batch, seen, prompt_tokens=[[], []], eos_token_ids={0}),
+                       process_logits(logits, list(batch.params), seen, prompt_tokens=[[], []], eos_token_ids={0}))
+    if untouched:   # skipping step 2 (no tokens passed) gives what step 2 over empty outputs gives
+        assert torch.equal(process_logits(logits, batch),
+                           process_logits(logits, batch, [[], []], prompt_tokens=[[], []], eos_token_ids={0}))
+
+
+def test_a_tuple_of_counter_streams_is_checked_once_per_batch_and_a_new_one_again():
+    """An engine passes the same tuple of streams at every step of a batch; the sampler checks it the first time.
+    Another tuple, or a list, is checked whatever came before, so a stream on the wrong device is still refused."""
+    from decodelab.sampling.counter_rng import CounterRNG
+
+    params = [SamplingParams(seed=i) for i in range(3)]
+    batch = SamplingBatch(params)
+    logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(1))
+    streams = tuple(CounterRNG(i) for i in range(3))
+    first = sample(logits, batch, streams).tolist()
+    assert batch.counter_streams is not None and batch.counter_streams[0] is streams
+    sample(logits, batch, streams)                                       # the second step: not checked again
+    assert [s.offset for s in streams] == [2, 2, 2] and batch.counter_streams[0] is streams
+    fresh = tuple(CounterRNG(i) for i in range(3))
+    assert sample(logits, batch, fresh).tolist() == first, "a new tuple starts its own streams"
+    wrong = (CounterRNG(0), CounterRNG(1), CounterRNG(2, device="meta"))
+    with pytest.raises(ValueError, match=r"generators\[2\] is on meta, logits are on cpu"):
+        sample(logits, batch, wrong)
+    assert [s.offset for s in wrong] == [0, 0, 0]
+    as_list = [CounterRNG(i) for i in range(3)]
+    assert sample(logits, batch, as_list).tolist() == first and batch.counter_streams[0] is fresh

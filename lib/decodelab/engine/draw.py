@@ -16,6 +16,7 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Sequence
 
 import torch
@@ -36,7 +37,7 @@ class TokenDrawer:
         self.eos_token_ids = frozenset(eos_token_ids)          # masked with stop_token_ids until min_tokens
         self._sampling_key: tuple[SequenceState, ...] | None = None   # the sequences of the cached batch, in order
         self._sampling: SamplingBatch | None = None
-        self._generators: list = []                          # their streams, in the same order
+        self._generators: tuple = ()                         # their streams, in the same order
 
     def draw(self, plan: Schedule, logits: torch.Tensor) -> Drawn:
         """One token per sample of `plan` from `logits` `[len(plan.scheduled), V]` (one row per scheduled sequence)."""
@@ -46,10 +47,10 @@ class TokenDrawer:
         if batch.has_grammar:                                                  # requests with a grammar
             row_logits = mask_logits(row_logits, [s.grammar_state for s in seqs])
         tokens = self._sample(row_logits, seqs, batch)
+        one_each = list(map(list, zip(tokens)))                                # [[token], ...], one list each
         if not batch.has_logprobs:
-            return Drawn([[t] for t in tokens], [[None] for _ in tokens])
-        logprobs = self.logprobs(row_logits, seqs, tokens)
-        return Drawn([[t] for t in tokens], [[lp] for lp in logprobs])
+            return Drawn(one_each, list(map(list, zip(itertools.repeat(None, len(tokens))))))
+        return Drawn(one_each, list(map(list, zip(self.logprobs(row_logits, seqs, tokens)))))
 
     def sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
         """One token per sequence from `logits` `[len(seqs), V]` (already masked by grammars), by each one's params
@@ -72,7 +73,7 @@ class TokenDrawer:
         key = seqs if type(seqs) is tuple else tuple(seqs)      # compared by identity first: one C loop
         if self._sampling_key != key:
             self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.device)
-            self._generators = [s.generator for s in seqs]
+            self._generators = tuple(s.generator for s in seqs)   # a tuple: the sampler checks it once
         return self._sampling
 
     @staticmethod

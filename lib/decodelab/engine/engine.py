@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,9 @@ from decodelab.validation import ParamError, check_model
 
 __all__ = ["CheckedRequest", "Engine", "EngineConfig", "EngineStats", "SequenceView", "StepKind", "StepOutput",
            "TokenEvent"]
+
+
+_SEQ_ID, _BLOCK_IDS = operator.attrgetter("seq_id"), operator.attrgetter("table.block_ids")
 
 
 @dataclass(frozen=True)
@@ -269,8 +273,9 @@ class Engine:
                      allocated: int, num_running: int) -> StepOutput:
         """The step's StepOutput, read from the plan, the update and the scheduler's state; writes nothing. A
         sample's finish reason belongs to the last token it appended."""
-        events = []
+        events, new_tokens = [], {}
         for (_, seq), tokens, logprobs, reason in zip(plan.samples, update.tokens, update.logprobs, update.reasons):
+            new_tokens[seq.seq_id] = tokens[-1]
             if len(tokens) == 1:                       # the common step: one token per sample
                 events.append(TokenEvent(seq.request_id, seq.sample_index, tokens[0], logprobs[0], reason))
                 continue
@@ -278,11 +283,12 @@ class Engine:
             events += [TokenEvent(seq.request_id, seq.sample_index, token, logprob, reason if i == last else None)
                        for i, (token, logprob) in enumerate(zip(tokens, logprobs))]
         proposed, accepted = drafts.by_sequence(plan, drawn)
+        running = self.scheduler.running
         return StepOutput(
-            kind=plan.kind, new_tokens={seq.seq_id: tokens[-1] for (_, seq), tokens in zip(plan.samples, update.tokens)},
-            preempted=tuple(s.seq_id for s in plan.preempted),
+            kind=plan.kind, new_tokens=new_tokens, preempted=tuple(s.seq_id for s in plan.preempted),
             finished=tuple(map(self._completion, update.finished)),
-            block_tables={s.seq_id: list(s.table.block_ids) for s in self.scheduler.running}, live_tokens=live,
+            # each running table's block ids as a new list (the tables change after the step), by C-level maps
+            block_tables=dict(zip(map(_SEQ_ID, running), map(list, map(_BLOCK_IDS, running)))), live_tokens=live,
             allocated_slots=allocated, num_running=num_running, num_waiting=self.num_waiting, events=tuple(events),
             plan=plan, drafts=proposed, accepted=accepted)
 

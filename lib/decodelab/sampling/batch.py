@@ -67,6 +67,11 @@ class SamplingBatch:
         # (row, token id, bias) of every logit_bias entry, added to the logits before anything else
         self.logit_bias = (tuple((i, token, bias) for i, p in enumerate(self.params) for token, bias in p.logit_bias)
                            if any(biased) else ())
+        # no row changes the logits before the processors: no logit_bias, penalty, mask or bad word
+        self.untouched = not (self.logit_bias or self.has_penalties or self.has_constraints or self.has_bad_word_strings)
+        # (streams, device, their list) once the sampler found a tuple of streams all CounterRNG on that device: an
+        # engine passes the same tuple at every step of this batch, and it is not checked again
+        self.counter_streams: tuple | None = None
         self._columns: dict[tuple[str, torch.dtype], torch.Tensor] = {}
         self._memo: dict = {}
 

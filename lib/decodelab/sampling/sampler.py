@@ -121,6 +121,8 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
     batch = as_batch(params, logits.shape[0], logits.device)
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.to(torch.float32)  # [B, V]
+    if batch.untouched and output_tokens is None and prompt_tokens is None:
+        return batch, x                                # no bias, penalty, mask or bad word in any row
     x = add_logit_bias(x, batch)  # OpenAI's logit_bias, first (vLLM's order), for argmax rows too
     if output_tokens is not None:
         x = apply_penalties(x, batch, output_tokens, prompt_tokens)  # keeps NaN, +inf and all -inf rows as they were
@@ -269,10 +271,17 @@ def _generators(generators, batch: SamplingBatch,
     elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != size:
         raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
                          f"{generators!r:.200}")
-    generators = list(generators)
+    if type(generators) is tuple and batch.counter_streams is not None:      # checked with this batch before
+        held, on, checked = batch.counter_streams
+        if held is generators and on == device:
+            return checked, True
+    listed = list(generators)
     # the engine's counter rows, checked by two C-level passes (a Python loop over the rows costs more)
-    if set(map(type, generators)) == {CounterRNG} and set(map(_DEVICE, generators)) == {device}:
-        return generators, True
+    if set(map(type, listed)) == {CounterRNG} and set(map(_DEVICE, listed)) == {device}:
+        if type(generators) is tuple:   # an engine's streams, kept with its batch: checked once per batch
+            batch.counter_streams = (generators, device, listed)
+        return listed, True
+    generators = listed
     for i, g in enumerate(generators):
         if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
             raise TypeError(f"generators[{i}] must be a torch.Generator, a CounterRNG or None, got {type(g).__name__}")
@@ -316,7 +325,7 @@ def _draw_checked_counter_rows(group: RowGroup, generators: list[CounterRNG]) ->
     probs = torch.softmax(group.logits, dim=-1)  # [B, V]
     cdf = _cdf(probs)
     totals = cdf.detach().numpy()[:, -1:]        # [B, 1], each about 1 for a good row
-    if not np.isfinite(totals.sum()):            # a sum of finite totals (at most B) is finite
+    if not math.isfinite(np.add.reduce(totals, axis=None)):   # a sum of finite totals (at most B) is finite
         raise _bad_rows(np.flatnonzero(~np.isfinite(totals[:, 0])).tolist())
     return _search(cdf, probs, rests(generators), normalized=True, totals=totals)
 
