@@ -86,6 +86,22 @@ def test_decode_buffers_on_cuda_copy_each_step_to_the_device():
         assert_same(batch, StepBatch.decode(*args, device="cuda"))
 
 
+@pytest.mark.parametrize("first_inside", [True, False])
+def test_decode_buffers_work_in_and_out_of_inference_mode(first_inside):
+    """An engine makes a shape inside `torch.inference_mode()`; a caller may come back outside it (and the other way
+    round). Off the CPU the step copies into the device buffer, which must then still take the write ("meta" stands
+    in for a GPU here: it copies shapes, not values)."""
+    for device in ("cpu", "meta"):
+        buffers = DecodeBuffers(device)
+        args = ([5, 6], [20, 3], [36, 51], [[1, 2], [3]])
+        for inside in (first_inside, not first_inside, first_inside):
+            with torch.inference_mode(inside):
+                batch = buffers.batch(*args)
+            assert batch.block_tables.shape == (2, 2) and batch.input_ids.device.type == device
+        if device == "cpu":
+            assert_same(batch, StepBatch.decode(*args))
+
+
 def test_decode_buffers_keep_their_last_batch_when_refusing_bad_input():
     buffers = DecodeBuffers("cpu")
     good = ([5, 6], [20, 3], [36, 51], [[1, 2], [3]])

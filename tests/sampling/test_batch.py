@@ -245,8 +245,12 @@ def test_a_tuple_of_counter_streams_is_checked_once_per_batch_and_a_new_one_agai
     streams = tuple(CounterRNG(i) for i in range(3))
     first = sample(logits, batch, streams).tolist()
     assert batch.counter_streams is not None and batch.counter_streams[0] is streams
+    streams[2].device = torch.device("meta")     # what a check would refuse; the tuple was checked with this batch
     sample(logits, batch, streams)                                       # the second step: not checked again
     assert [s.offset for s in streams] == [2, 2, 2] and batch.counter_streams[0] is streams
+    with pytest.raises(ValueError, match=r"generators\[2\] is on meta"):
+        sample(logits, batch, tuple(list(streams)))                      # the same streams in a new tuple: checked
+    streams[2].device = torch.device("cpu")
     fresh = tuple(CounterRNG(i) for i in range(3))
     assert sample(logits, batch, fresh).tolist() == first, "a new tuple starts its own streams"
     wrong = (CounterRNG(0), CounterRNG(1), CounterRNG(2, device="meta"))
@@ -255,3 +259,24 @@ def test_a_tuple_of_counter_streams_is_checked_once_per_batch_and_a_new_one_agai
     assert [s.offset for s in wrong] == [0, 0, 0]
     as_list = [CounterRNG(i) for i in range(3)]
     assert sample(logits, batch, as_list).tolist() == first and batch.counter_streams[0] is fresh
+
+
+def test_the_engine_lets_finished_sequences_go(tiny):
+    """The drawer keys its batch by the sequences themselves; once nothing runs it drops them, so a finished
+    request's sequences (tokens, table, detokenizer) are freed, as when the key held their ids."""
+    import gc
+    import weakref
+
+    from decodelab.engine.engine import Engine
+
+    model, tokenizer = tiny
+    engine = Engine(model, tokenizer, max_num_seqs=4)
+    for i in range(3):
+        engine.add_request("小明", SamplingParams(seed=i, max_tokens=4 + i, ignore_eos=True, n=1 + (i == 1)))
+    engine.step()
+    held = [weakref.ref(seq) for seq in engine.scheduler.running]
+    assert len(held) == 4
+    while engine.has_unfinished():
+        engine.step()
+    gc.collect()
+    assert [ref() for ref in held] == [None] * 4

@@ -52,6 +52,11 @@ def test_draws_hashed_ahead_are_splitmix64_at_every_offset():
     assert c.uniform() == _splitmix64(c.key, 1001)[1000]
     c.offset = 3                                                           # back, before the block just hashed
     assert [c.uniform() for _ in range(40)] == _splitmix64(c.key, 43)[3:]
+    d, e = CounterRNG(9), CounterRNG(10)
+    d.uniform()                                  # d at an odd offset: named twice, it reaches a block's end past it
+    drawn = [batch_uniforms([d, e, d]).tolist() for _ in range(40)]
+    assert [row[0] for row in drawn] == [row[2] for row in drawn] == _splitmix64(d.key, 81)[1::2]
+    assert [row[1] for row in drawn] == _splitmix64(e.key, 40) and d.offset == 81
     with pytest.raises(ValueError, match="offset"):
         c.offset = -5                                                      # refused: the stream stays where it was
     assert (c.offset, c.uniform()) == (43, _splitmix64(c.key, 44)[43])

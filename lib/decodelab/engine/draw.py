@@ -35,7 +35,8 @@ class TokenDrawer:
     def __init__(self, device: torch.device, eos_token_ids: Collection[int] = ()) -> None:
         self.device = device
         self.eos_token_ids = frozenset(eos_token_ids)          # masked with stop_token_ids until min_tokens
-        self._sampling_key: tuple[SequenceState, ...] | None = None   # the sequences of the cached batch, in order
+        # the sequences of the cached batch, in order (held until the next draw, or `forget`)
+        self._sampling_key: tuple[SequenceState, ...] | None = None
         self._sampling: SamplingBatch | None = None
         self._generators: tuple = ()                         # their streams, in the same order
 
@@ -66,6 +67,11 @@ class TokenDrawer:
         return sample(logits, batch, generators, [s.output_token_ids for s in seqs],
                       prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs],
                       eos_token_ids=self.eos_token_ids).tolist()
+
+    def forget(self) -> None:
+        """Drop the cached batch, its sequences and their streams (the engine calls it when nothing is running, so
+        finished sequences are not kept alive by the cache)."""
+        self._sampling_key, self._sampling, self._generators = None, None, ()
 
     def _sampling_batch(self, seqs: Sequence[SequenceState]) -> SamplingBatch:
         """The rows' parameters as tensors, and their streams, rebuilt only when the sequences drawing this step

@@ -237,6 +237,7 @@ class Engine:
     def _step(self) -> StepOutput:
         plan = self.scheduler.schedule()              # who runs, their slots, block copies, preemptions, forks
         if plan.kind is StepKind.IDLE:
+            self.drawer.forget()                      # nothing runs: let the last batch's sequences go
             return StepOutput.idle(self.num_waiting, plan)
         drafts = self.speculator.propose(plan, self.drawer)   # per scheduled sequence: drafts into the held slots
         wanted = ([i for i, sched in enumerate(plan.scheduled) if sched.seq.wants_prompt_logprobs]
@@ -253,6 +254,8 @@ class Engine:
                 seq.seq_id: self.drawer.prompt_logprobs(rows, seq) for seq, rows in zip(seqs, prompt_logits)})
         update = self.scheduler.update_from_output(plan, drawn)          # the one write of request state
         self.speculator.record(drafts, update)
+        if not self.scheduler.running:
+            self.drawer.forget()                      # the last sequences finished: the drawer holds none of them
         return self._step_output(plan, drafts, drawn, update, *holding)
 
     def _account(self, plan: Schedule) -> tuple[int, int, int]:

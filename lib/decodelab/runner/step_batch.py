@@ -1,7 +1,8 @@
 """Where one engine step's tokens go: `StepBatch`, the flat index tensors a forward over the paged KV cache reads
 (token ids, positions, slots, the padded per-sequence queries, block tables, context lengths, last-token rows).
-`StepBatch.build` takes any mix of prefill and decode sequences; `StepBatch.decode` a decode step's, one token each
-(`PagedLlama.decode_batch`; the two are compared, with a persistent batch, in benchmarks/step_batch.py).
+`StepBatch.build` takes any mix of prefill and decode sequences; `StepBatch.decode` a decode step's, one token each;
+`DecodeBuffers` the same as `decode`, written in place into a runner's own buffers (`PagedLlama.decode_batch`). The
+three are compared, with a persistent batch, in benchmarks/step_batch.py.
 
 Read by `decodelab.runner.model.PagedLlama.forward`; the layout is chapter 07's (slots, block tables).
 """
@@ -145,7 +146,10 @@ class DecodeBuffers:
     captured CUDA graph replays from (vLLM keeps its step's inputs in persistent buffers for both reasons).
 
     The batch `batch(...)` returns is the buffers': the next call writes over it, so it is valid until then (the
-    runner reads it in the same step). `StepBatch.decode` gives batches that share nothing.
+    runner reads it in the same step). `StepBatch.decode` gives batches that share nothing. A step of a shape not
+    seen before makes its views (about what `StepBatch.decode` costs); with `kv_layout="slab"`, whose tables grow by
+    a block id every token, that is every step. The buffers and their views are inference tensors, made and copied
+    into under `torch.inference_mode()`, whether or not the caller is in it.
 
         buffers = DecodeBuffers("cpu")
         batch = buffers.batch([11, 12], [40, 3], [70, 115], [[4, 2, 7], [9]])   # == StepBatch.decode(same)
@@ -154,8 +158,10 @@ class DecodeBuffers:
     def __init__(self, device: torch.device | str = "cpu", max_shapes: int = 256) -> None:
         self.device = torch.device(device)
         self.max_shapes = max_shapes
-        self._host = torch.zeros(0, dtype=torch.int64)          # grows to the largest batch seen
-        self._device = None if self.device.type == "cpu" else torch.zeros(0, dtype=torch.int64, device=self.device)
+        with torch.inference_mode():
+            self._host = torch.zeros(0, dtype=torch.int64)          # grows to the largest batch seen
+            self._device = (None if self.device.type == "cpu"
+                            else torch.zeros(0, dtype=torch.int64, device=self.device))
         # (B, max_blocks) -> (the host buffer's first n entries as numpy, the host part as a tensor, the device part
         # or None, the StepBatch over it)
         self._shapes: dict[tuple[int, int], tuple[np.ndarray, torch.Tensor, torch.Tensor | None, StepBatch]] = {}
@@ -166,11 +172,13 @@ class DecodeBuffers:
         flat, max_blocks = _decode_host(token_ids, positions, slots, block_tables)
         entry = self._shapes.get((len(token_ids), max_blocks))
         if entry is None:
-            entry = self._shape(len(token_ids), max_blocks)
+            with torch.inference_mode():
+                entry = self._shape(len(token_ids), max_blocks)
         host, host_tensor, on_device, batch = entry
         host[:] = flat                                  # numpy converts the list in place: no array, no tensor
         if on_device is not None:
-            on_device.copy_(host_tensor)
+            with torch.inference_mode():                # an inference tensor is written only inside the mode
+                on_device.copy_(host_tensor)
         return batch
 
     def _shape(self, num_seqs: int, max_blocks: int) -> tuple:

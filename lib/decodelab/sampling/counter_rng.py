@@ -122,7 +122,8 @@ def next_uniforms(rngs: Sequence[CounterRNG]) -> list[float]:
     try:
         out = [r._ahead[r._pos] for r in rngs]               # _pos >= 0 always: only the end raises
     except IndexError:
-        _hash_ahead([r for r in rngs if r._pos == len(r._ahead)])
+        # >=: a stream named twice in the last call read its last draw twice and moved past the end by two
+        _hash_ahead([r for r in rngs if r._pos >= len(r._ahead)])
         out = [r._ahead[r._pos] for r in rngs]
     for r in rngs:
         r._pos += 1
