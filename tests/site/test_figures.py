@@ -496,6 +496,7 @@ README_SOURCES: dict[str, list[str]] = {
                                                        "benchmarks/results/engine-targets.json"],
     "### Inputs at fixed addresses and the sampler's front matter": ["benchmarks/results/step-batch-buffers.json",
                                                                     "benchmarks/results/per-step-buffers-full-ab.json",
+                                                                    "benchmarks/results/per-step-buffers-tiny-ab.json",
                                                                     "benchmarks/results/engine-targets-buffers.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
