@@ -16,7 +16,6 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Collection, Sequence
 
 import torch
@@ -48,10 +47,10 @@ class TokenDrawer:
         if batch.has_grammar:                                                  # requests with a grammar
             row_logits = mask_logits(row_logits, [s.grammar_state for s in seqs])
         tokens = self._sample(row_logits, seqs, batch)
-        one_each = list(map(list, zip(tokens)))                                # [[token], ...], one list each
         if not batch.has_logprobs:
-            return Drawn(one_each, list(map(list, zip(itertools.repeat(None, len(tokens))))))
-        return Drawn(one_each, list(map(list, zip(self.logprobs(row_logits, seqs, tokens)))))
+            return Drawn([[t] for t in tokens], [[None] for _ in tokens])
+        logprobs = self.logprobs(row_logits, seqs, tokens)
+        return Drawn([[t] for t in tokens], [[lp] for lp in logprobs])
 
     def sample(self, logits: torch.Tensor, seqs: list[SequenceState]) -> list[int]:
         """One token per sequence from `logits` `[len(seqs), V]` (already masked by grammars), by each one's params
@@ -59,7 +58,7 @@ class TokenDrawer:
         return self._sample(logits, seqs, self._sampling_batch(seqs))
 
     def _sample(self, logits: torch.Tensor, seqs: list[SequenceState], batch: SamplingBatch) -> list[int]:
-        generators = self._generators if batch is self._sampling else [s.generator for s in seqs]
+        generators = self._generators         # `batch`'s streams: both callers take it from `_sampling_batch`
         if not batch.needs_output_tokens:
             return sample(logits, batch, generators, eos_token_ids=self.eos_token_ids).tolist()
         # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s; min_tokens and

@@ -8,7 +8,6 @@ Taught in: chapters/07-paged-attention.ipynb
 """
 from __future__ import annotations
 
-import functools
 import itertools
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -18,23 +17,11 @@ import torch.nn.functional as F
 
 from decodelab.kv.contiguous_cache import model_kv_shape
 from decodelab.runner import triton_attention
+from decodelab.runner.inference import inference
 from decodelab.runner.attention import paged_attention, visible_keys, write_kv
 from decodelab.runner.step_batch import DecodeBuffers, StepBatch
 
 ATTENTION_BACKENDS = ("torch", "triton")
-
-
-def inference(fn):
-    """`torch.inference_mode()` around `fn`, entered only when it is not on already: an engine's step enters it once
-    for everything it runs (its own tensor calls cost less there), and the runner's methods called inside it skip
-    a second context."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if torch.is_inference_mode_enabled():
-            return fn(*args, **kwargs)
-        with torch.inference_mode():
-            return fn(*args, **kwargs)
-    return wrapper
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from decodelab.runner.inference import inference
+
 
 @dataclass(frozen=True)
 class StepBatch:
@@ -95,8 +97,8 @@ class StepBatch:
                 raise ValueError(f"block_tables as an array must be int64 [B, max_blocks], got {block_tables.dtype} "
                                  f"{block_tables.shape}")
             max_blocks = block_tables.shape[1]
-            flat = [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
-            host = np.concatenate([np.array(flat, dtype=np.int64), block_tables.ravel()])
+            host = np.concatenate([np.array(_decode_head(token_ids, positions, slots), dtype=np.int64),
+                                   block_tables.ravel()])
         else:
             flat, max_blocks = _decode_host(token_ids, positions, slots, block_tables)
             host = np.array(flat, dtype=np.int64)
@@ -122,12 +124,17 @@ def _check_decode(token_ids: Sequence[int], positions: Sequence[int], slots: Seq
         raise ValueError(f"positions must be >= 0, got {list(positions)!r:.200}")
 
 
+def _decode_head(token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int]) -> list[int]:
+    """Tokens, positions, slots and context lengths (position + 1) of a decode batch, as one flat list."""
+    return [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
+
+
 def _decode_host(token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int],
                  block_tables: Sequence[Sequence[int]]) -> tuple[list[int], int]:
     """A decode batch's inputs as one flat list, checked (`_check_decode`): tokens, positions, slots, context lengths
     (position + 1), then each block table padded with 0 to the longest; and that length, max_blocks."""
     _check_decode(token_ids, positions, slots, block_tables)
-    flat = [*token_ids, *positions, *slots, *(p + 1 for p in positions)]
+    flat = _decode_head(token_ids, positions, slots)
     max_blocks = max(map(len, block_tables))
     for table in block_tables:         # the padded tables go into the same list: one array for all
         flat += table
@@ -158,27 +165,25 @@ class DecodeBuffers:
     def __init__(self, device: torch.device | str = "cpu", max_shapes: int = 256) -> None:
         self.device = torch.device(device)
         self.max_shapes = max_shapes
-        with torch.inference_mode():
-            self._host = torch.zeros(0, dtype=torch.int64)          # grows to the largest batch seen
-            self._device = (None if self.device.type == "cpu"
-                            else torch.zeros(0, dtype=torch.int64, device=self.device))
+        # empty until the first shape, which makes them (in inference mode) at its size
+        self._host = torch.zeros(0, dtype=torch.int64)
+        self._device = None if self.device.type == "cpu" else torch.zeros(0, dtype=torch.int64, device=self.device)
         # (B, max_blocks) -> (the host buffer's first n entries as numpy, the host part as a tensor, the device part
         # or None, the StepBatch over it)
         self._shapes: dict[tuple[int, int], tuple[np.ndarray, torch.Tensor, torch.Tensor | None, StepBatch]] = {}
 
+    @inference                  # the buffers are inference tensors, written only inside the mode
     def batch(self, token_ids: Sequence[int], positions: Sequence[int], slots: Sequence[int],
               block_tables: Sequence[Sequence[int]]) -> StepBatch:
         """The `StepBatch` of a decode step, equal to `StepBatch.decode` of the same lists, in the buffers."""
         flat, max_blocks = _decode_host(token_ids, positions, slots, block_tables)
         entry = self._shapes.get((len(token_ids), max_blocks))
         if entry is None:
-            with torch.inference_mode():
-                entry = self._shape(len(token_ids), max_blocks)
+            entry = self._shape(len(token_ids), max_blocks)
         host, host_tensor, on_device, batch = entry
         host[:] = flat                                  # numpy converts the list in place: no array, no tensor
         if on_device is not None:
-            with torch.inference_mode():                # an inference tensor is written only inside the mode
-                on_device.copy_(host_tensor)
+            on_device.copy_(host_tensor)
         return batch
 
     def _shape(self, num_seqs: int, max_blocks: int) -> tuple:
