@@ -90,8 +90,9 @@ def run_engine(model, requests, batch: int, block_size: int = 16, attention: str
 def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "torch") -> dict:
     """The engine's own cost: wall time of a whole run against the time inside the model's forward, on the same
     requests with temperature-1 sampling, seeded (each request its own generator, as a server runs a request that
-    sets `seed`) or not (one noise tensor for the batch, as nano-vllm always draws). Also where the rest goes:
-    scheduling, building the step's batch, sampling (with the Exponential(1) noise of its draw on its own),
+    sets `seed`) or not (torch's global RNG: on the CPU one uniform per row and the inverse CDF; off it one noise
+    tensor for the batch, as nano-vllm always draws). Also where the rest goes:
+    scheduling, building the step's batch, sampling (with its draw's noise or uniforms, cdf and search on their own),
     postprocessing (`Scheduler.update_from_output`), and the engine's cost per step in microseconds. nano-vllm
     reaches about 1.1x on a GPU. `rng="counter"` gives every request a counter-based stream (one hashed uniform
     per row, inverse CDF; `decodelab.sampling.counter_rng`), and "sample: noise" is then that draw."""
@@ -130,9 +131,9 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "t
     timed(engine.scheduler, "update_from_output", "postprocess")
     timed(engine.drawer, "_sample", "sample")                # the draw (draw() calls it with the batch)
     timed(sampling, "_exponential_noise", "sample: noise")   # module functions: put back below
-    timed(sampling, "rests", "sample: noise")                 # the counter-based draw: the uniforms ...
+    timed(sampling, "_rests", "sample: noise")                # the draw by one uniform per row: the uniforms ...
     timed(sampling, "_draw_columns", "sample: noise")          # ... and where they fall (mixed groups),
-    timed(sampling, "_cdf", "sample: noise")                   # or, for a plain batch of counter rows, the cdf
+    timed(sampling, "_cdf", "sample: noise")                   # or, for a plain batch of uniform rows, the cdf
     timed(sampling, "_search", "sample: noise")                # and the search on it
     try:
         for i, (prompt, out) in enumerate(requests):

@@ -12,6 +12,7 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
+from decodelab.sampling.counter_rng import inverse_cdf
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample
 from sampling_checks import chi_square_critical, peaked_logits
 
@@ -160,20 +161,26 @@ def test_greedy_with_penalty_picks_the_penalised_argmax():
 
 # ---------------------------------------------------------------- sampling statistics
 
-@pytest.mark.parametrize("rng", ["torch", "counter"])
+def _streams(rng: str, rows: int) -> list | None:
+    """No generator ("global": torch's global RNG), or one seeded stream per row of that kind."""
+    return None if rng == "global" else [make_generator(seed, rng=rng) for seed in range(rows)]
+
+
+@pytest.mark.parametrize("rng", ["global", "torch", "counter"])
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("params", [
     SamplingParams(top_p=0.85), SamplingParams(top_k=5, temperature=0.7), SamplingParams(min_p=0.1, top_p=0.95),
     SamplingParams(temperature=1.3),
 ], ids=["top_p", "top_k+temperature", "min_p+top_p", "temperature"])
 def test_sampled_frequencies_match_the_processed_distribution(method, params, rng):
-    """With torch's global RNG (the exponential race), and with one seeded counter stream per row (the inverse CDF,
-    decodelab.sampling.counter_rng)."""
+    """Every route of the draw: rows without a generator (on the CPU one uniform each from torch's global RNG and
+    the inverse CDF; top-p rows alone under "fast" by rejection), one seeded torch.Generator per row (the
+    exponential race) and one seeded counter stream per row (the inverse CDF, decodelab.sampling.counter_rng)."""
     torch.manual_seed(5)
     logits = peaked_logits(1024)
     expected = process_logits(logits, params, method=method).softmax(-1)[0]  # [V]
     draws, rows = 4, 2000
-    streams = None if rng == "torch" else [make_generator(seed, rng=rng) for seed in range(rows)]
+    streams = _streams(rng, rows)
     counts = torch.zeros(1024)
     for _ in range(draws):
         tokens = sample(logits.expand(rows, -1), params, streams, method=method)
@@ -189,12 +196,12 @@ def test_sampled_frequencies_match_the_processed_distribution(method, params, rn
     assert statistic < chi_square_critical(len(wanted) - 1), (statistic, observed.tolist(), wanted.tolist())
 
 
-@pytest.mark.parametrize("rng", ["torch", "counter"])
+@pytest.mark.parametrize("rng", ["global", "torch", "counter"])
 def test_zero_probability_tokens_are_never_drawn_with_a_huge_vocabulary(rng):
     torch.manual_seed(6)
     logits = torch.randn(64, 40000) * 3
     params = [SamplingParams(top_k=k, top_p=p) for k in (0, 3, 40, 400) for p in (0.1, 0.5, 0.9, 1.0)] * 4
-    streams = None if rng == "torch" else [make_generator(None, rng=rng) for _ in params]
+    streams = _streams(rng, len(params))
     for method in METHODS:
         kept = torch.isfinite(process_logits(logits, params, method=method))
         for _ in range(3):
@@ -229,6 +236,77 @@ def test_seed_without_generator_repeats_for_one_call():
     first = sample(logits, params)
     torch.manual_seed(99)
     assert torch.equal(sample(logits, params), first)
+
+
+# ---------------------------------------------------------------- rows without a generator
+
+def _inverse_cdf_tokens(probs: torch.Tensor, seed: int) -> list[int]:
+    """What rows without a generator draw on the CPU after `torch.manual_seed(seed)`: one float64 uniform each from
+    torch's global RNG, in row order, and the first column whose cumulative sum reaches (1 - u) times the total."""
+    torch.manual_seed(seed)
+    u = torch.rand(probs.shape[0], dtype=torch.float64)
+    return inverse_cdf(probs, u).tolist()
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.7), SamplingParams(temperature=1.0)],
+                         ids=["tempered", "T=1"])
+def test_unseeded_cpu_rows_draw_one_uniform_each_from_the_global_rng(params):
+    """A plain batch of rows without a generator: one `torch.rand` call for the batch and the inverse CDF, not V
+    Exponential numbers per row; `torch.manual_seed` repeats it, and the global RNG moves by that one call."""
+    logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(2)) * 2
+    probs = torch.softmax(logits / torch.tensor(params.temperature), dim=-1)   # the sampler's float32 temperature
+    expected = _inverse_cdf_tokens(probs, seed=3)
+    after_rand = torch.rand(4)
+    torch.manual_seed(3)
+    tokens = sample(logits, params).tolist()
+    assert tokens == expected and len(set(tokens)) > 1
+    assert torch.equal(torch.rand(4), after_rand)          # nothing else was drawn from the global RNG
+
+
+def test_unseeded_rows_of_a_top_k_group_draw_only_their_candidates():
+    """Rows without a generator in a top-k group (candidate columns, a row's columns past its k hold probability
+    0) draw by their uniform too, and only among their own k best tokens."""
+    logits = torch.randn(8, 500, generator=torch.Generator().manual_seed(4))
+    params = [SamplingParams(top_k=k) for k in (1, 2, 5, 40)] * 2         # top_k = 1: argmax rows in the batch
+    torch.manual_seed(0)
+    for _ in range(50):
+        tokens = sample(logits, params)
+        for row, k in enumerate((1, 2, 5, 40) * 2):
+            assert int(tokens[row]) in logits[row].topk(k).indices.tolist()
+    torch.manual_seed(9)
+    first = sample(logits, params)
+    torch.manual_seed(9)
+    assert torch.equal(sample(logits, params), first)
+
+
+def test_unseeded_counter_and_torch_rows_share_a_call_each_by_its_own_route():
+    """A caller's mixed list: a torch.Generator row draws what it draws alone (its own exponential race), a
+    CounterRNG row what it draws alone, and the rows without a generator their uniforms from the global RNG."""
+    logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(5)) * 2
+    params = SamplingParams(temperature=0.9)
+    streams = [None, make_generator(1), make_generator(2, rng="counter"), None]
+    torch.manual_seed(6)
+    mixed = [sample(logits, params, streams).tolist() for _ in range(6)]
+    alone_torch, alone_counter = make_generator(1), make_generator(2, rng="counter")
+    assert [m[1] for m in mixed] == [int(sample(logits[1:2], params, [alone_torch])) for _ in range(6)]
+    assert [m[2] for m in mixed] == [int(sample(logits[2:3], params, [alone_counter])) for _ in range(6)]
+    probs = torch.softmax(logits[[0, 3]] / torch.tensor(0.9), dim=-1)
+    torch.manual_seed(6)
+    expected = [inverse_cdf(probs, torch.rand(2, dtype=torch.float64)).tolist() for _ in range(6)]
+    assert [[m[0], m[3]] for m in mixed] == expected
+
+
+def test_unseeded_rows_are_checked_before_the_global_rng_moves():
+    """A bad row in a plain unseeded batch (checked on the softmax's sums, inside the draw) is refused by name, and
+    torch's global RNG has not moved: the next draw is what it would have been."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(7))
+    logits[1, 4] = float("nan")
+    torch.manual_seed(8)
+    with pytest.raises(ValueError, match=r"logits rows \[1\] hold NaN"):
+        sample(logits, SamplingParams(temperature=0.8))
+    drawn = torch.rand(3)
+    torch.manual_seed(8)
+    assert torch.equal(drawn, torch.rand(3))
 
 
 # ---------------------------------------------------------------- bad input

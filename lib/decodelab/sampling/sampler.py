@@ -115,7 +115,7 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
     """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters and the penalised logits `[B, V]`
     (float32, or float64 for float64 input; the input is never modified). The rows are checked once the routes are
     known: by `_checked_maxima` (on the chunk maxima when a fast route reads them, else on the logits), or, for a
-    plain batch of counter rows on the CPU, inside the draw (`_draw_checked_counter_rows`)."""
+    plain batch of CPU rows drawn by one uniform each, inside the draw (`_draw_checked_uniform_rows`)."""
     _check_logits(logits)
     if method not in fast_paths.METHODS:
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
@@ -218,7 +218,10 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     nucleus, not rejection): the same distribution, other tokens than a torch.Generator with the same seed. A row
     with `params.seed` set but no generator gets a fresh torch.Generator from that seed for this call only
     (reproducible for one call; across steps it would repeat its noise, so engines should pass generators). Other
-    rows use torch's global RNG.
+    rows use torch's global RNG (`torch.manual_seed` repeats them): on the CPU, where `exponential_` costs tens of
+    nanoseconds per vocabulary entry, each draws one uniform from it (one `torch.rand` call for all of them) and takes
+    the inverse CDF, as a CounterRNG row does (top-p rows alone, under `method="fast"`, still go by rejection);
+    elsewhere they draw `argmax(p / E)`, the noise of all of them in one call.
 
     Taught in: chapters/03-strategies.ipynb
     """
@@ -234,14 +237,15 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         # on its stream as the call found it (every row reads before any stream moves), so the group is every row
         # in order, whatever order the routes listed them in
         processors = used_processors(batch)
-        checked_by_draw = counters and x.device.type == "cpu" and all(type(p) is Temperature for p in processors)
+        checked_by_draw = (x.device.type == "cpu" and (counters or _uniform_rows(generators))
+                           and all(type(p) is Temperature for p in processors))
         if not checked_by_draw:
             _checked_maxima(x, routes, method)
         group = RowGroup.dense(list(batch.rows), x)
         for processor in processors:
             processor(group, batch)
         if checked_by_draw:
-            return _draw_checked_counter_rows(group, generators)
+            return _draw_checked_uniform_rows(group, generators)
         return _draw(group, generators, counters)
     chunk_max = _checked_maxima(x, routes, method)
     groups = _groups(x, batch, routes, chunk_max)
@@ -293,21 +297,25 @@ def _generators(generators, batch: SamplingBatch,
 
 
 def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], counters: bool = False) -> torch.Tensor:
-    """Step 5: one token per row of `group`, `[n]`: `argmax(p / E)` with `E ~ Exponential(1)` for rows with a
-    torch.Generator or none, the inverse CDF of one uniform for rows with a CounterRNG (`counters`: every row's)."""
+    """Step 5: one token per row of `group`, `[n]`: the inverse CDF of one uniform for rows with a CounterRNG
+    (`counters`: every row's) and, on the CPU, for rows with no generator (torch's global RNG); `argmax(p / E)` with
+    `E ~ Exponential(1)` for rows with a torch.Generator, and for rows with none off the CPU."""
     probs = torch.softmax(group.logits, dim=-1)  # [n, K]
     rows = [generators[i] for i in group.rows]
-    counter = range(len(rows)) if counters else [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)]
-    if len(counter) == len(rows):  # every row counter-based: one hash, one cumulative sum, one search
-        column = _draw_columns(probs, rests(rows), normalized=True)
-    elif not counter:
+    on_cpu = probs.device.type == "cpu"
+    uniform = range(len(rows)) if counters else [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)
+                                                  or (g is None and on_cpu)]
+    if len(uniform) == len(rows):  # every row by one uniform: one hash or rand, one cumulative sum, one search
+        column = _draw_columns(probs, _rests(rows), normalized=True)
+    elif not uniform:
         column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
-        others = [j for j, g in enumerate(rows) if not isinstance(g, CounterRNG)]
+        by_uniform = set(uniform)
+        others = [j for j in range(len(rows)) if j not in by_uniform]
         column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
-        part = take_rows(probs, counter)
-        column[torch.tensor(counter, device=probs.device)] = _draw_columns(
-            part, rests([rows[j] for j in counter]), normalized=True)
+        part = take_rows(probs, uniform)
+        column[torch.tensor(uniform, device=probs.device)] = _draw_columns(
+            part, _rests([rows[j] for j in uniform]), normalized=True)
         part = take_rows(probs, others)
         noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
         column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
@@ -316,18 +324,42 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
     return group.token_ids.gather(1, column.unsqueeze(1)).squeeze(1)  # the candidates' vocabulary ids
 
 
-def _draw_checked_counter_rows(group: RowGroup, generators: list[CounterRNG]) -> torch.Tensor:
-    """`_draw` of a group of every row of a plain batch on the CPU whose rows all hold a CounterRNG and saw no
-    processor but the temperature, with the rows' check folded in: a row holding NaN or +inf, or only -inf, and
-    only such a row, has a softmax that sums to NaN (the temperature keeps a finite row finite, `Temperature`), so
-    the rows are checked on the cumulative sums' last column, a numpy view, before any stream advances. The check
-    on its own (`_check_rows`) costs a pass over the logits and a tensor call."""
+def _draw_checked_uniform_rows(group: RowGroup, generators: list[CounterRNG | None]) -> torch.Tensor:
+    """`_draw` of a group of every row of a plain batch on the CPU whose rows all draw by one uniform (a CounterRNG,
+    or no generator) and saw no processor but the temperature, with the rows' check folded in: a row holding NaN or
+    +inf, or only -inf, and only such a row, has a softmax that sums to NaN (the temperature keeps a finite row
+    finite, `Temperature`), so the rows are checked on the cumulative sums' last column, a numpy view, before any
+    stream or torch's global RNG advances. The check on its own (`_check_rows`) costs a pass over the logits and a
+    tensor call."""
     probs = torch.softmax(group.logits, dim=-1)  # [B, V]
     cdf = _cdf(probs)
     totals = cdf.detach().numpy()[:, -1:]        # [B, 1], each about 1 for a good row
     if not math.isfinite(np.add.reduce(totals, axis=None)):   # a sum of finite totals (at most B) is finite
         raise _bad_rows(np.flatnonzero(~np.isfinite(totals[:, 0])).tolist())
-    return _search(cdf, probs, rests(generators), normalized=True, totals=totals)
+    return _search(cdf, probs, _rests(generators), normalized=True, totals=totals)
+
+
+def _uniform_rows(generators: list) -> bool:
+    """Whether every row of a CPU batch draws by one uniform: it holds a CounterRNG, or no generator."""
+    return all(g is None or isinstance(g, CounterRNG) for g in generators)
+
+
+def _rests(rows: list[CounterRNG | None]) -> np.ndarray:
+    """1 - u per row, float64 `[n]` in (0, 1]: a CounterRNG row's next uniform (its stream advances by one); for the
+    rows without a generator (CPU rows only) one `torch.rand` call on torch's global RNG, a uniform each in row
+    order, so `torch.manual_seed` repeats them. One uniform per row, where `exponential_` draws one number per
+    vocabulary entry at tens of nanoseconds each on a CPU (`benchmarks/noise.py`)."""
+    if None not in rows:                     # (compared by identity first: one C loop)
+        return rests(rows)
+    free = [j for j, g in enumerate(rows) if g is None]
+    drawn = torch.rand(len(free), dtype=torch.float64).numpy()
+    if len(free) == len(rows):
+        return np.subtract(1.0, drawn)
+    out = np.empty(len(rows), dtype=np.float64)
+    out[free] = np.subtract(1.0, drawn)
+    held = [j for j, g in enumerate(rows) if g is not None]
+    out[held] = rests([rows[j] for j in held])
+    return out
 
 
 def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
