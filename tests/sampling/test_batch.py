@@ -244,10 +244,10 @@ def test_a_tuple_of_counter_streams_is_checked_once_per_batch_and_a_new_one_agai
     logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(1))
     streams = tuple(CounterRNG(i) for i in range(3))
     first = sample(logits, batch, streams).tolist()
-    assert batch.counter_streams is not None and batch.counter_streams[0] is streams
+    assert batch.checked_streams is not None and batch.checked_streams[0] is streams
     streams[2].device = torch.device("meta")     # what a check would refuse; the tuple was checked with this batch
     sample(logits, batch, streams)                                       # the second step: not checked again
-    assert [s.offset for s in streams] == [2, 2, 2] and batch.counter_streams[0] is streams
+    assert [s.offset for s in streams] == [2, 2, 2] and batch.checked_streams[0] is streams
     with pytest.raises(ValueError, match=r"generators\[2\] is on meta"):
         sample(logits, batch, tuple(list(streams)))                      # the same streams in a new tuple: checked
     streams[2].device = torch.device("cpu")
@@ -258,7 +258,25 @@ def test_a_tuple_of_counter_streams_is_checked_once_per_batch_and_a_new_one_agai
         sample(logits, batch, wrong)
     assert [s.offset for s in wrong] == [0, 0, 0]
     as_list = [CounterRNG(i) for i in range(3)]
-    assert sample(logits, batch, as_list).tolist() == first and batch.counter_streams[0] is fresh
+    assert sample(logits, batch, as_list).tolist() == first and batch.checked_streams[0] is fresh
+
+
+def test_a_tuple_of_torch_streams_is_checked_once_and_a_seed_without_a_stream_is_never_kept():
+    """Torch generators and rows without one, in a tuple, are remembered with the batch like counter streams. A
+    seeded row that comes without a generator gets a fresh one from its seed for that call only, so such a tuple
+    is not remembered: each call repeats the row's first draw."""
+    from decodelab.sampling.sampler import make_generator
+
+    params = [SamplingParams(seed=0), SamplingParams(), SamplingParams(seed=2)]
+    batch = SamplingBatch(params)
+    logits = torch.zeros(3, 500)                                 # uniform rows: a repeat by chance is 1 in 500
+    streams = (make_generator(0), None, make_generator(2))
+    steps = [sample(logits, batch, streams).tolist() for _ in range(3)]
+    assert batch.checked_streams[0] is streams and batch.checked_streams[3] is False
+    assert len({step[2] for step in steps}) > 1                  # the kept generator moves on
+    lacking = (make_generator(0), None, None)
+    again = [sample(logits, batch, lacking).tolist()[2] for _ in range(3)]
+    assert again == [again[0]] * 3 and batch.checked_streams[0] is streams
 
 
 def test_the_engine_lets_finished_sequences_go(tiny):

@@ -69,9 +69,10 @@ class SamplingBatch:
                            if any(biased) else ())
         # no row changes the logits before the processors: no logit_bias, penalty, mask or bad word
         self.untouched = not (self.logit_bias or self.has_penalties or self.has_constraints or self.has_bad_word_strings)
-        # (streams, device, their list) once the sampler found a tuple of streams all CounterRNG on that device: an
-        # engine passes the same tuple at every step of this batch, and it is not checked again
-        self.counter_streams: tuple | None = None
+        # (streams, device, their checked list, whether all are CounterRNG on that device) once the sampler checked a
+        # tuple of streams with this batch: an engine passes the same tuple at every step of a batch, and it is not
+        # checked again (`decodelab.sampling.sampler._generators`)
+        self.checked_streams: tuple | None = None
         self._columns: dict[tuple[str, torch.dtype], torch.Tensor] = {}
         self._memo: dict = {}
 

@@ -268,32 +268,36 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
 def _generators(generators, batch: SamplingBatch,
                 device: torch.device) -> tuple[list[torch.Generator | CounterRNG | None], bool]:
     """One generator or None per row (a seeded row without one gets a fresh generator from its seed), and whether
-    every row holds a CounterRNG on `device` (the engine's counter rows, checked in one pass)."""
+    every row holds a CounterRNG on `device` (the engine's counter rows, checked in one pass). A tuple, as the engine
+    passes the streams it keeps with its batch, is checked the first time it comes with `batch` and remembered there
+    (`SamplingBatch.checked_streams`), unless a row needed a fresh generator; a list is checked at every call."""
     size = len(batch)
     if generators is None:
         generators = [None] * size
     elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != size:
         raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
                          f"{generators!r:.200}")
-    if type(generators) is tuple and batch.counter_streams is not None:      # checked with this batch before
-        held, on, checked = batch.counter_streams
+    if type(generators) is tuple and batch.checked_streams is not None:      # checked with this batch before
+        held, on, checked, counters = batch.checked_streams
         if held is generators and on == device:
-            return checked, True
+            return checked, counters
     listed = list(generators)
     # the engine's counter rows, checked by two C-level passes (a Python loop over the rows costs more)
     if set(map(type, listed)) == {CounterRNG} and set(map(_DEVICE, listed)) == {device}:
         if type(generators) is tuple:   # an engine's streams, kept with its batch: checked once per batch
-            batch.counter_streams = (generators, device, listed)
+            batch.checked_streams = (generators, device, listed, True)
         return listed, True
-    generators = listed
-    for i, g in enumerate(generators):
+    fresh = False
+    for i, g in enumerate(listed):
         if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
             raise TypeError(f"generators[{i}] must be a torch.Generator, a CounterRNG or None, got {type(g).__name__}")
         if g is not None and g.device.type != device.type:
             raise ValueError(f"generators[{i}] is on {g.device}, logits are on {device}")
         if g is None and batch.params[i].seed is not None:
-            generators[i] = make_generator(batch.params[i].seed, device)
-    return generators, False
+            listed[i], fresh = make_generator(batch.params[i].seed, device), True     # for this call only
+    if type(generators) is tuple and not fresh:
+        batch.checked_streams = (generators, device, listed, False)
+    return listed, False
 
 
 def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], counters: bool = False) -> torch.Tensor:
