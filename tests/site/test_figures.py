@@ -498,6 +498,9 @@ README_SOURCES: dict[str, list[str]] = {
                                                                     "benchmarks/results/per-step-buffers-full-ab.json",
                                                                     "benchmarks/results/per-step-buffers-tiny-ab.json",
                                                                     "benchmarks/results/engine-targets-buffers.json"],
+    "### Unseeded rows by one uniform": ["benchmarks/results/noise.json", "benchmarks/results/unseeded-uniform-ab.json",
+                                         "benchmarks/results/unseeded-uniform-sampler-ab.json",
+                                         "benchmarks/results/engine-targets-uniform.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
