@@ -6,11 +6,16 @@
 Both pick token i with probability p_i (the chi-square tests in tests/sampling/test_sampler.py). Also `exponential_`
 alone, in nanoseconds per entry, and the uniforms alone.
 
+With `--device cuda` the probabilities live on the GPU, each pass ends with a synchronisation, and the uniform draw is
+what a counter stream's row costs there (its uniforms made on the host, `_draw_columns` with the guard pass a GPU's
+parallel scan needs): the measurement that would decide whether unseeded rows off the CPU should take it too
+(`scripts/gpu_check.sh` runs it).
+
 For each vocabulary size (tiny-zh's 473, 32,000 and Qwen's 151,936) and batch size, the median over `--repeats`
 passes of the mean over `--calls` draws, the two ways alternating pass by pass. One torch thread.
 
-    python benchmarks/noise.py [--vocab 473 32000 151936] [--rows 1 32] [--repeats 7] [--calls 200] [--quick]
-                               [--out PATH]
+    python benchmarks/noise.py [--device cpu|cuda] [--vocab 473 32000 151936] [--rows 1 32] [--repeats 7]
+                               [--calls 200] [--quick] [--out PATH]
 
 `--quick` (a smoke run): vocabularies of 473 and 2,000, one pass of 5 draws.
 
@@ -45,27 +50,31 @@ def uniform_draw(probs: torch.Tensor) -> torch.Tensor:
     return _draw_columns(probs, 1.0 - rest, normalized=True)
 
 
-def per_call_us(call, calls: int) -> float:
-    """Mean microseconds of `calls` calls of `call()`."""
+def per_call_us(call, calls: int, device: torch.device) -> float:
+    """Mean microseconds of `calls` calls of `call()` (on a GPU, until its work is done)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
     begin = time.perf_counter()
     for _ in range(calls):
         call()
+    sync()
     return (time.perf_counter() - begin) / calls * 1e6
 
 
-def measure(vocab: int, rows: int, repeats: int, calls: int) -> dict:
+def measure(vocab: int, rows: int, repeats: int, calls: int, device: torch.device = torch.device("cpu")) -> dict:
     """Both draws and their noise alone on one `[rows, vocab]` batch of probabilities, alternating pass by pass."""
-    probs = torch.softmax(torch.randn(rows, vocab, generator=torch.Generator().manual_seed(vocab + rows)) * 2, dim=-1)
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(vocab + rows)) * 2
+    probs = torch.softmax(logits.to(device), dim=-1)
     noise = torch.empty_like(probs)
     ways = {"exponential": lambda: exponential_race(probs), "uniform": lambda: uniform_draw(probs),
             "exponential_only": lambda: noise.exponential_(),
             "rand_only": lambda: torch.rand(rows, dtype=torch.float64)}
     for call in ways.values():
-        per_call_us(call, 5)                                                  # warm-up
+        per_call_us(call, 5, device)                                          # warm-up
     times = {name: [] for name in ways}
     for _ in range(repeats):
         for name, call in ways.items():
-            times[name].append(per_call_us(call, calls))
+            times[name].append(per_call_us(call, calls, device))
     row = {"vocab": vocab, "rows": rows, **{f"{name}_us": statistics.median(t) for name, t in times.items()}}
     row["uniform_over_exponential"] = row["uniform_us"] / row["exponential_us"]
     row["exponential_ns_per_entry"] = row["exponential_only_us"] * 1e3 / (rows * vocab)
@@ -74,6 +83,7 @@ def measure(vocab: int, rows: int, repeats: int, calls: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--vocab", type=int, nargs="+", default=[473, 32000, 151936], help="vocabulary sizes")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 32], help="rows per draw")
     parser.add_argument("--repeats", type=int, default=7, help="timed passes per way (the median is kept)")
@@ -86,6 +96,9 @@ def main() -> None:
     if min(args.vocab) < 2 or min(args.rows) < 1 or args.repeats < 1 or args.calls < 1:
         parser.error(f"--vocab must be >= 2 and --rows, --repeats, --calls >= 1, got {args.vocab}, {args.rows}, "
                      f"{args.repeats} and {args.calls}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA GPU: torch.cuda.is_available() is False")
+    device = torch.device(args.device)
     torch.set_num_threads(1)
     results = []
     print(f"{'V':>7} {'B':>4} {'exponential':>12} {'uniform':>9} {'ratio':>6} {'exponential_ alone':>19} "
@@ -94,14 +107,16 @@ def main() -> None:
         for rows in args.rows:
             # the calls per pass shrink with the batch's size, so a pass over a large vocabulary stays short
             calls = max(1, min(args.calls, args.calls * 32 * 473 // (rows * vocab)))
-            row = measure(vocab, rows, args.repeats, calls)
+            row = measure(vocab, rows, args.repeats, calls, device)
             results.append(row)
             print(f"{vocab:>7} {rows:>4} {row['exponential_us']:>10.1f}us {row['uniform_us']:>7.1f}us "
                   f"{row['uniform_over_exponential']:>6.3f} {row['exponential_only_us']:>17.1f}us "
                   f"{row['exponential_ns_per_entry']:>8.1f} {row['rand_only_us']:>8.1f}us")
     meta = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "machine": platform.machine(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": 1, "repeats": args.repeats,
-            "calls": args.calls, "quick": args.quick, "device": "cpu"}
+            "calls": args.calls, "quick": args.quick, "device": args.device}
+    if device.type == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": results}, indent=1) + "\n")
     print(f"wrote {args.out}")

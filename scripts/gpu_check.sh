@@ -9,6 +9,8 @@
 #   env.json               GPU name, driver, torch / transformers / triton versions
 #   pytest-cuda.xml + .log the tests marked `cuda` (pytest -m cuda over the files that hold a `cuda` mark)
 #   sampling.json          benchmarks/sampling.py --device cuda
+#   noise.json             benchmarks/noise.py --device cuda (the exponential race against one uniform and the inverse
+#                          CDF: whether unseeded rows off the CPU should draw as they do on it)
 #   attention.json         benchmarks/attention.py --device cuda (Triton kernel against the torch reference)
 #   serving.json           benchmarks/serving.py --device cuda
 #   roofline.json          benchmarks/roofline.py --device cuda (bandwidth, matmul peak, decode/prefill points)
@@ -93,7 +95,7 @@ step() {  # step NAME SECONDS COMMAND...: run under `timeout`, log to OUT/NAME.l
     SUMMARY+=("{\"step\": \"$name\", \"rc\": $rc, \"seconds\": $took}")
 }
 
-# limits add up to 555 s, under the 10 minutes one command may run on a lent machine
+# limits add up to 585 s, under the 10 minutes one command may run on a lent machine
 mapfile -t CUDA_TESTS < <(cuda_test_files)
 if [ ${#CUDA_TESTS[@]} -eq 0 ]; then  # pytest without paths would collect all of testpaths
     echo "gpu_check: no test file under tests/ holds a cuda mark" >&2
@@ -101,6 +103,7 @@ if [ ${#CUDA_TESTS[@]} -eq 0 ]; then  # pytest without paths would collect all o
 fi
 step pytest-cuda 120 "$PY" -m pytest -m cuda -p no:cacheprovider -q --junitxml "$OUT/pytest-cuda.xml" "${CUDA_TESTS[@]}"
 step sampling 75 "$PY" benchmarks/sampling.py --device cuda --repeats 3 --out "$OUT/sampling.json"
+step noise 30 "$PY" benchmarks/noise.py --device cuda --repeats 3 --out "$OUT/noise.json"
 step attention 60 "$PY" benchmarks/attention.py --device cuda --repeats 20 --out "$OUT/attention.json"
 step serving 120 "$PY" benchmarks/serving.py --device cuda --repeats 2 --out "$OUT/serving.json"
 step roofline 90 "$PY" benchmarks/roofline.py --device cuda --out "$OUT/roofline.json"

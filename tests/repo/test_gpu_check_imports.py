@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # each starts a Python that imports torch and tra
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-BENCHMARKS = ["sampling.py", "attention.py", "serving.py", "roofline.py", "profile_step.py"]  # the ones gpu_check.sh runs
+BENCHMARKS = ["sampling.py", "noise.py", "attention.py", "serving.py", "roofline.py", "profile_step.py"]  # the ones gpu_check.sh runs
 ON_THE_IMAGE = ["toy", "models", "sampling", "grammar", "decoding", "kv", "runner", "engine", "measure"]
 
 # What the GPU image lacks: modules, and the distributions (pip names) that hold them.

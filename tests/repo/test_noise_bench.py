@@ -32,3 +32,14 @@ def test_noise_benchmark_smoke(tmp_path):
     assert [(row["vocab"], row["rows"]) for row in result["rows"]] == [(473, 1), (473, 4), (2000, 1), (2000, 4)]
     assert all(row["exponential_us"] > 0 and row["uniform_us"] > 0 and row["exponential_ns_per_entry"] > 0
                for row in result["rows"])
+
+
+def test_noise_benchmark_refuses_cuda_without_a_gpu(tmp_path):
+    import subprocess
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    done = subprocess.run([sys.executable, str(Path(noise.__file__)), "--device", "cuda", "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
+    assert not (tmp_path / "x").exists()
