@@ -46,7 +46,7 @@ def exponential_race(probs: torch.Tensor) -> torch.Tensor:
 
 def uniform_draw(probs: torch.Tensor) -> torch.Tensor:
     """The route now: one uniform per row, the inverse CDF."""
-    rest = torch.rand(probs.shape[0], dtype=torch.float64).numpy()
+    rest = torch.rand(probs.shape[0], dtype=torch.float64, device="cpu").numpy()
     return _draw_columns(probs, 1.0 - rest, normalized=True)
 
 

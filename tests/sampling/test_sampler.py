@@ -263,6 +263,21 @@ def test_unseeded_cpu_rows_draw_one_uniform_each_from_the_global_rng(params):
     assert torch.equal(torch.rand(4), after_rand)          # nothing else was drawn from the global RNG
 
 
+def test_unseeded_cpu_rows_draw_on_the_cpu_whatever_the_default_device():
+    """The uniforms of CPU rows come from the CPU's global RNG even when torch's default device is another (as the
+    Exponential noise, made like the logits, did): the same tokens as with the CPU as the default."""
+    logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(1)
+    expected = sample(logits, SamplingParams()).tolist()
+    torch.manual_seed(1)
+    torch.set_default_device("meta")
+    try:
+        tokens = sample(logits, SamplingParams()).tolist()
+    finally:
+        torch.set_default_device(None)
+    assert tokens == expected
+
+
 def test_unseeded_rows_of_a_top_k_group_draw_only_their_candidates():
     """Rows without a generator in a top-k group (candidate columns, a row's columns past its k hold probability
     0) draw by their uniform too, and only among their own k best tokens."""

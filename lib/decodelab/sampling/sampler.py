@@ -115,7 +115,8 @@ def _penalized(logits: torch.Tensor, params, output_tokens, prompt_tokens, metho
     """Steps 1-2, shared by `process_logits` and `sample`: the batch's parameters and the penalised logits `[B, V]`
     (float32, or float64 for float64 input; the input is never modified). The rows are checked once the routes are
     known: by `_checked_maxima` (on the chunk maxima when a fast route reads them, else on the logits), or, for a
-    plain batch of CPU rows drawn by one uniform each, inside the draw (`_draw_checked_uniform_rows`)."""
+    plain batch of CPU rows drawn by one uniform each whose only processor is the temperature, inside the draw
+    (`_draw_checked_uniform_rows`)."""
     _check_logits(logits)
     if method not in fast_paths.METHODS:
         raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
@@ -206,8 +207,9 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `params`, `output_tokens` and `prompt_tokens` as in
     `process_logits`.
 
-    Greedy rows take the argmax of their penalised logits. Random rows draw `argmax(p / E)` with `E ~ Exponential(1)`,
-    which picks token i with probability p_i (vLLM's and gpt-fast's trick: no cumulative sum, no host sync per row).
+    Greedy rows take the argmax of their penalised logits. Random rows with a `torch.Generator`, and off the CPU rows
+    without one, draw `argmax(p / E)` with `E ~ Exponential(1)`, which picks token i with probability p_i (vLLM's and
+    gpt-fast's trick: no cumulative sum, no host sync per row); other rows draw by one uniform, as below.
     With `method="fast"`, rows with top-p alone (no top-k, min-p or typical) sample their nucleus by rejection with a
     rising pivot (`decodelab.sampling.ops.rejection`), without finding the nucleus first; their draws differ from the sort path's
     for the same seed, their distribution does not.
@@ -219,9 +221,10 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     with `params.seed` set but no generator gets a fresh torch.Generator from that seed for this call only
     (reproducible for one call; across steps it would repeat its noise, so engines should pass generators). Other
     rows use torch's global RNG (`torch.manual_seed` repeats them): on the CPU, where `exponential_` costs tens of
-    nanoseconds per vocabulary entry, each draws one uniform from it (one `torch.rand` call for all of them) and takes
-    the inverse CDF, as a CounterRNG row does (top-p rows alone, under `method="fast"`, still go by rejection);
-    elsewhere they draw `argmax(p / E)`, the noise of all of them in one call.
+    nanoseconds per vocabulary entry, each draws one uniform from it (one `torch.rand` call per group of rows: a
+    top-k group draws before the dense one) and takes the inverse CDF, as a CounterRNG row does (top-p rows alone,
+    under `method="fast"`, still go by rejection); elsewhere they draw `argmax(p / E)`, the noise of a group in one
+    call.
 
     Taught in: chapters/03-strategies.ipynb
     """
@@ -350,13 +353,13 @@ def _uniform_rows(generators: list) -> bool:
 
 def _rests(rows: list[CounterRNG | None]) -> np.ndarray:
     """1 - u per row, float64 `[n]` in (0, 1]: a CounterRNG row's next uniform (its stream advances by one); for the
-    rows without a generator (CPU rows only) one `torch.rand` call on torch's global RNG, a uniform each in row
-    order, so `torch.manual_seed` repeats them. One uniform per row, where `exponential_` draws one number per
+    rows without a generator (CPU rows only) one `torch.rand` call on torch's global CPU RNG, a uniform each in the
+    order of `rows`, so `torch.manual_seed` repeats them. One uniform per row, where `exponential_` draws one number per
     vocabulary entry at tens of nanoseconds each on a CPU (`benchmarks/noise.py`)."""
     if None not in rows:                     # (compared by identity first: one C loop)
         return rests(rows)
     free = [j for j, g in enumerate(rows) if g is None]
-    drawn = torch.rand(len(free), dtype=torch.float64).numpy()
+    drawn = torch.rand(len(free), dtype=torch.float64, device="cpu").numpy()   # whatever the default device
     if len(free) == len(rows):
         return np.subtract(1.0, drawn)
     out = np.empty(len(rows), dtype=np.float64)
