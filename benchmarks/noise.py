@@ -2,7 +2,8 @@
   exponential  `argmax(p / E)` with `E ~ Exponential(1)` over the whole batch, one `exponential_` call (what such
                rows drew before; seeded rows with a torch.Generator still draw this way, one call per row);
   uniform      one float64 uniform per row from one `torch.rand` call and the inverse CDF (a float64 cumulative sum
-               and a search; `decodelab.sampling.sampler._draw_columns`, what such rows draw now on the CPU).
+               and a search; `decodelab.sampling.sampler._rests` and `_draw_columns`, what such rows draw now on
+               the CPU).
 Both pick token i with probability p_i (the chi-square tests in tests/sampling/test_sampler.py). Also `exponential_`
 alone, in nanoseconds per entry, and the uniforms alone.
 
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from decodelab.sampling.sampler import _draw_columns
+from decodelab.sampling.sampler import _draw_columns, _rests
 
 RESULTS = Path(__file__).parent / "results" / "noise.json"
 
@@ -45,9 +46,8 @@ def exponential_race(probs: torch.Tensor) -> torch.Tensor:
 
 
 def uniform_draw(probs: torch.Tensor) -> torch.Tensor:
-    """The route now: one uniform per row, the inverse CDF."""
-    rest = torch.rand(probs.shape[0], dtype=torch.float64, device="cpu").numpy()
-    return _draw_columns(probs, 1.0 - rest, normalized=True)
+    """The route now: one uniform per row from the global CPU RNG (the sampler's own `_rests`), the inverse CDF."""
+    return _draw_columns(probs, _rests([None] * probs.shape[0]), normalized=True)
 
 
 def per_call_us(call, calls: int, device: torch.device) -> float:

@@ -69,9 +69,9 @@ class SamplingBatch:
                            if any(biased) else ())
         # no row changes the logits before the processors: no logit_bias, penalty, mask or bad word
         self.untouched = not (self.logit_bias or self.has_penalties or self.has_constraints or self.has_bad_word_strings)
-        # (streams, device, their checked list, whether all are CounterRNG on that device) once the sampler checked a
-        # tuple of streams with this batch: an engine passes the same tuple at every step of a batch, and it is not
-        # checked again (`decodelab.sampling.sampler._generators`)
+        # (streams, device, their checked list, whether all are CounterRNG on that device, whether all draw by one
+        # uniform there) once the sampler checked a tuple of streams with this batch: an engine passes the same tuple
+        # at every step of a batch, and it is not checked again (`decodelab.sampling.sampler._generators`)
         self.checked_streams: tuple | None = None
         self._columns: dict[tuple[str, torch.dtype], torch.Tensor] = {}
         self._memo: dict = {}

@@ -229,7 +229,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     Taught in: chapters/03-strategies.ipynb
     """
     batch, x = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
-    generators, counters = _generators(generators, batch, x.device)
+    generators, counters, uniform = _generators(generators, batch, x.device)
     routes = fast_paths.routes(batch, method, sampling=True)
     counter_rejection = routes.rejection if counters else [i for i in routes.rejection
                                                             if isinstance(generators[i], CounterRNG)]
@@ -240,8 +240,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         # on its stream as the call found it (every row reads before any stream moves), so the group is every row
         # in order, whatever order the routes listed them in
         processors = used_processors(batch)
-        checked_by_draw = (x.device.type == "cpu" and (counters or _uniform_rows(generators))
-                           and all(type(p) is Temperature for p in processors))
+        checked_by_draw = uniform and x.device.type == "cpu" and all(type(p) is Temperature for p in processors)
         if not checked_by_draw:
             _checked_maxima(x, routes, method)
         group = RowGroup.dense(list(batch.rows), x)
@@ -249,11 +248,11 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
             processor(group, batch)
         if checked_by_draw:
             return _draw_checked_uniform_rows(group, generators)
-        return _draw(group, generators, counters)
+        return _draw(group, generators, uniform)
     chunk_max = _checked_maxima(x, routes, method)
     groups = _groups(x, batch, routes, chunk_max)
     if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
-        return _draw(groups[0], generators, counters)  # one group of every row in order (all top-k): its draw
+        return _draw(groups[0], generators, uniform)  # one group of every row in order (all top-k): its draw
     tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
     if batch.argmax_rows:
         rows = list(batch.argmax_rows)
@@ -264,14 +263,15 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
     for group in groups:
-        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators, counters)
+        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators, uniform)
     return tokens
 
 
 def _generators(generators, batch: SamplingBatch,
-                device: torch.device) -> tuple[list[torch.Generator | CounterRNG | None], bool]:
-    """One generator or None per row (a seeded row without one gets a fresh generator from its seed), and whether
-    every row holds a CounterRNG on `device` (the engine's counter rows, checked in one pass). A tuple, as the engine
+                device: torch.device) -> tuple[list[torch.Generator | CounterRNG | None], bool, bool]:
+    """One generator or None per row (a seeded row without one gets a fresh generator from its seed); whether
+    every row holds a CounterRNG on `device` (the engine's counter rows, checked in one pass); and whether every row
+    draws by one uniform there (`_by_uniform`). A tuple, as the engine
     passes the streams it keeps with its batch, is checked the first time it comes with `batch` and remembered there
     (`SamplingBatch.checked_streams`), unless a row needed a fresh generator; a list is checked at every call."""
     size = len(batch)
@@ -281,15 +281,15 @@ def _generators(generators, batch: SamplingBatch,
         raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
                          f"{generators!r:.200}")
     if type(generators) is tuple and batch.checked_streams is not None:      # checked with this batch before
-        held, on, checked, counters = batch.checked_streams
+        held, on, checked, counters, uniform = batch.checked_streams
         if held is generators and on == device:
-            return checked, counters
+            return checked, counters, uniform
     listed = list(generators)
     # the engine's counter rows, checked by two C-level passes (a Python loop over the rows costs more)
     if set(map(type, listed)) == {CounterRNG} and set(map(_DEVICE, listed)) == {device}:
         if type(generators) is tuple:   # an engine's streams, kept with its batch: checked once per batch
-            batch.checked_streams = (generators, device, listed, True)
-        return listed, True
+            batch.checked_streams = (generators, device, listed, True, True)
+        return listed, True, True
     fresh = False
     for i, g in enumerate(listed):
         if g is not None and not isinstance(g, (torch.Generator, CounterRNG)):
@@ -298,31 +298,40 @@ def _generators(generators, batch: SamplingBatch,
             raise ValueError(f"generators[{i}] is on {g.device}, logits are on {device}")
         if g is None and batch.params[i].seed is not None:
             listed[i], fresh = make_generator(batch.params[i].seed, device), True     # for this call only
+    on_cpu = device.type == "cpu"
+    uniform = all(_by_uniform(g, on_cpu) for g in listed)
     if type(generators) is tuple and not fresh:
-        batch.checked_streams = (generators, device, listed, False)
-    return listed, False
+        batch.checked_streams = (generators, device, listed, False, uniform)
+    return listed, False, uniform
 
 
-def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], counters: bool = False) -> torch.Tensor:
-    """Step 5: one token per row of `group`, `[n]`: the inverse CDF of one uniform for rows with a CounterRNG
-    (`counters`: every row's) and, on the CPU, for rows with no generator (torch's global RNG); `argmax(p / E)` with
-    `E ~ Exponential(1)` for rows with a torch.Generator, and for rows with none off the CPU."""
+def _by_uniform(generator: torch.Generator | CounterRNG | None, on_cpu: bool) -> bool:
+    """Whether a row holding `generator` draws by one uniform and the inverse CDF: a CounterRNG row always, a row
+    without a generator on the CPU (where `exponential_` costs tens of nanoseconds per vocabulary entry). The others
+    draw `argmax(p / E)`."""
+    return isinstance(generator, CounterRNG) or (generator is None and on_cpu)
+
+
+def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], uniform: bool = False) -> torch.Tensor:
+    """Step 5: one token per row of `group`, `[n]`: the inverse CDF of one uniform for rows with a CounterRNG and,
+    on the CPU, for rows with no generator (torch's global RNG; `_by_uniform`; `uniform`: every row of the batch
+    does); `argmax(p / E)` with `E ~ Exponential(1)` for rows with a torch.Generator, and for rows with none off the
+    CPU."""
     probs = torch.softmax(group.logits, dim=-1)  # [n, K]
     rows = [generators[i] for i in group.rows]
     on_cpu = probs.device.type == "cpu"
-    uniform = range(len(rows)) if counters else [j for j, g in enumerate(rows) if isinstance(g, CounterRNG)
-                                                  or (g is None and on_cpu)]
-    if len(uniform) == len(rows):  # every row by one uniform: one hash or rand, one cumulative sum, one search
+    by_uniform = range(len(rows)) if uniform else [j for j, g in enumerate(rows) if _by_uniform(g, on_cpu)]
+    if len(by_uniform) == len(rows):  # every row by one uniform: one hash or rand, one cumulative sum, one search
         column = _draw_columns(probs, _rests(rows), normalized=True)
-    elif not uniform:
+    elif not by_uniform:
         column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
-        by_uniform = set(uniform)
-        others = [j for j in range(len(rows)) if j not in by_uniform]
+        kept = set(by_uniform)
+        others = [j for j in range(len(rows)) if j not in kept]
         column = torch.empty(len(rows), dtype=torch.long, device=probs.device)
-        part = take_rows(probs, uniform)
-        column[torch.tensor(uniform, device=probs.device)] = _draw_columns(
-            part, _rests([rows[j] for j in uniform]), normalized=True)
+        part = take_rows(probs, by_uniform)
+        column[torch.tensor(by_uniform, device=probs.device)] = _draw_columns(
+            part, _rests([rows[j] for j in by_uniform]), normalized=True)
         part = take_rows(probs, others)
         noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
         column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
@@ -344,11 +353,6 @@ def _draw_checked_uniform_rows(group: RowGroup, generators: list[CounterRNG | No
     if not math.isfinite(np.add.reduce(totals, axis=None)):   # a sum of finite totals (at most B) is finite
         raise _bad_rows(np.flatnonzero(~np.isfinite(totals[:, 0])).tolist())
     return _search(cdf, probs, _rests(generators), normalized=True, totals=totals)
-
-
-def _uniform_rows(generators: list) -> bool:
-    """Whether every row of a CPU batch draws by one uniform: it holds a CounterRNG, or no generator."""
-    return all(g is None or isinstance(g, CounterRNG) for g in generators)
 
 
 def _rests(rows: list[CounterRNG | None]) -> np.ndarray:
