@@ -278,6 +278,25 @@ def test_unseeded_cpu_rows_draw_on_the_cpu_whatever_the_default_device():
     assert tokens == expected
 
 
+def test_counter_rows_draw_on_the_cpu_whatever_the_default_device():
+    """An engine's counter streams (a tuple, with its SamplingBatch) are read into a CPU tensor whatever torch's
+    default device: the same tokens, over steps, as with the CPU as the default."""
+    from decodelab.sampling.batch import SamplingBatch
+    from decodelab.sampling.counter_rng import CounterRNG
+    logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(3))
+
+    def run(default_device):
+        batch, streams = SamplingBatch([SamplingParams(seed=i) for i in range(4)]), tuple(map(CounterRNG, range(4)))
+        torch.set_default_device(default_device)
+        try:
+            return [sample(logits, batch, streams).tolist() for _ in range(3)]
+        finally:
+            torch.set_default_device(None)
+
+    expected = run(None)
+    assert run("meta") == expected and len({t for step in expected for t in step}) > 1
+
+
 def test_unseeded_rows_of_a_top_k_group_draw_only_their_candidates():
     """Rows without a generator in a top-k group (candidate columns, a row's columns past its k hold probability
     0) draw by their uniform too, and only among their own k best tokens."""

@@ -136,7 +136,7 @@ def as_batch(params: SamplingParams | Sequence[SamplingParams] | SamplingBatch, 
     if isinstance(params, SamplingBatch):
         if len(params) != batch:
             raise ValueError(f"the SamplingBatch holds {len(params)} rows, the logits {batch}")
-        if params.device.type != device.type:
+        if params.device != device and params.device.type != device.type:   # (equal devices: one C++ compare)
             raise ValueError(f"the SamplingBatch is on {params.device}, the logits on {device}")
         return params
     if isinstance(params, SamplingParams):

@@ -180,23 +180,21 @@ def _cdf(probs: torch.Tensor) -> torch.Tensor:
     return probs.cumsum(dim=-1, dtype=torch.float64)
 
 
-def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: np.ndarray, normalized: bool,
-            totals: np.ndarray | None = None) -> torch.Tensor:
-    """The columns where `rest` (1 - u, `[n]`) times each row's total falls in `cdf` (`_cdf(probs)`). On the CPU
-    the target is a numpy product on the cdf's own memory, cheaper than a tensor call (`totals`: the cdf's last
-    column as that numpy view `[n, 1]`, when the caller has it already)."""
-    if cdf.device.type == "cpu":
-        if totals is None:
-            totals = cdf.detach().numpy()[:, -1:]
-        target = totals * rest.reshape(-1, 1)                                              # [n, 1], in (0, total]
-        if not normalized:
-            np.maximum(target, _SMALLEST, out=target)
-        return torch.searchsorted(cdf, torch.from_numpy(target)).view(-1)  # target <= the last value
-    cdf = _zero_columns_flat(cdf, probs)
-    target = cdf[:, -1:] * torch.from_numpy(rest).to(cdf.device).view(-1, 1)
+def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: np.ndarray | torch.Tensor, normalized: bool,
+            totals: torch.Tensor | None = None) -> torch.Tensor:
+    """The columns where `rest` (1 - u, `[n]` float64, a numpy array or a CPU tensor) times each row's total falls in
+    `cdf` (`_cdf(probs)`; `totals`: its last column `[n, 1]`, when the caller has it). Tensor calls only: the
+    product is the same float64 rounding numpy gives, and after the forward a numpy call costs more than a tensor
+    call (measured inside the engine's draw, `benchmarks/serving.py`)."""
+    if isinstance(rest, np.ndarray):
+        rest = torch.from_numpy(rest)
+    if cdf.device.type != "cpu":
+        cdf, totals = _zero_columns_flat(cdf, probs), None
+        rest = rest.to(cdf.device)
+    target = (cdf[:, -1:] if totals is None else totals) * rest.view(-1, 1)         # [n, 1], in (0, total]
     if not normalized:
         target.clamp_min_(_SMALLEST)
-    return torch.searchsorted(cdf, target).view(-1)
+    return torch.searchsorted(cdf, target).view(-1)  # target <= the last value
 
 
 def _zero_columns_flat(cdf: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,8 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import torch
 
-from decodelab.sampling.counter_rng import CounterRNG, check_rng, _cdf, _draw_columns, _search, random_seed, rests
+from decodelab.sampling.counter_rng import (CounterRNG, check_rng, _cdf, _draw_columns, _search, next_uniforms,
+                                            random_seed, rests)
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
@@ -274,16 +275,16 @@ def _generators(generators, batch: SamplingBatch,
     draws by one uniform there (`_by_uniform`). A tuple, as the engine
     passes the streams it keeps with its batch, is checked the first time it comes with `batch` and remembered there
     (`SamplingBatch.checked_streams`), unless a row needed a fresh generator; a list is checked at every call."""
+    if type(generators) is tuple and batch.checked_streams is not None:      # checked with this batch before
+        held, on, checked, counters, uniform = batch.checked_streams
+        if held is generators and on == device:
+            return checked, counters, uniform
     size = len(batch)
     if generators is None:
         generators = [None] * size
     elif isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != size:
         raise ValueError(f"generators must be a sequence of {size} torch.Generator, CounterRNG or None, got "
                          f"{generators!r:.200}")
-    if type(generators) is tuple and batch.checked_streams is not None:      # checked with this batch before
-        held, on, checked, counters, uniform = batch.checked_streams
-        if held is generators and on == device:
-            return checked, counters, uniform
     listed = list(generators)
     # the engine's counter rows, checked by two C-level passes (a Python loop over the rows costs more)
     if set(map(type, listed)) == {CounterRNG} and set(map(_DEVICE, listed)) == {device}:
@@ -344,30 +345,32 @@ def _draw_checked_uniform_rows(group: RowGroup, generators: list[CounterRNG | No
     """`_draw` of a group of every row of a plain batch on the CPU whose rows all draw by one uniform (a CounterRNG,
     or no generator) and saw no processor but the temperature, with the rows' check folded in: a row holding NaN or
     +inf, or only -inf, and only such a row, has a softmax that sums to NaN (the temperature keeps a finite row
-    finite, `Temperature`), so the rows are checked on the cumulative sums' last column, a numpy view, before any
-    stream or torch's global RNG advances. The check on its own (`_check_rows`) costs a pass over the logits and a
-    tensor call."""
+    finite, `Temperature`), so the rows are checked on the cumulative sums' last column before any stream or torch's
+    global RNG advances. The check on its own (`_check_rows`) costs a pass over the logits and a tensor call. Every
+    step of an engine pays this draw's tensor calls whatever its batch, each dearer with the forward's data in the
+    caches, so it makes few: no numpy call, no separate pass for the check."""
     probs = torch.softmax(group.logits, dim=-1)  # [B, V]
     cdf = _cdf(probs)
-    totals = cdf.detach().numpy()[:, -1:]        # [B, 1], each about 1 for a good row
-    if not math.isfinite(np.add.reduce(totals, axis=None)):   # a sum of finite totals (at most B) is finite
-        raise _bad_rows(np.flatnonzero(~np.isfinite(totals[:, 0])).tolist())
+    totals = cdf[:, -1:]                         # [B, 1], each about 1 for a good row
+    if not math.isfinite(totals.sum()):          # a sum of finite totals (at most B) is finite
+        raise _bad_rows((~torch.isfinite(totals[:, 0])).nonzero().flatten().tolist())
     return _search(cdf, probs, _rests(generators), normalized=True, totals=totals)
 
 
-def _rests(rows: list[CounterRNG | None]) -> np.ndarray:
-    """1 - u per row, float64 `[n]` in (0, 1]: a CounterRNG row's next uniform (its stream advances by one); for the
+def _rests(rows: list[CounterRNG | None]) -> np.ndarray | torch.Tensor:
+    """1 - u per row, float64 `[n]` in (0, 1], a CPU tensor (a numpy array when rows with and without a generator
+    mix; `_search` takes both): a CounterRNG row's next uniform (its stream advances by one); for the
     rows without a generator (CPU rows only) one `torch.rand` call on torch's global CPU RNG, a uniform each in the
     order of `rows`, so `torch.manual_seed` repeats them. One uniform per row, where `exponential_` draws one number per
     vocabulary entry at tens of nanoseconds each on a CPU (`benchmarks/noise.py`)."""
     if None not in rows:                     # (compared by identity first: one C loop)
-        return rests(rows)
+        return torch.tensor([1.0 - u for u in next_uniforms(rows)], dtype=torch.float64, device="cpu")   # as `rests`
     free = [j for j, g in enumerate(rows) if g is None]
-    drawn = torch.rand(len(free), dtype=torch.float64, device="cpu").numpy()   # whatever the default device
+    drawn = torch.rand(len(free), dtype=torch.float64, device="cpu")   # whatever the default device
     if len(free) == len(rows):
-        return np.subtract(1.0, drawn)
+        return 1.0 - drawn                   # a tensor: 1 - u in float64, as numpy's subtraction gives it
     out = np.empty(len(rows), dtype=np.float64)
-    out[free] = np.subtract(1.0, drawn)
+    out[free] = np.subtract(1.0, drawn.numpy())
     held = [j for j, g in enumerate(rows) if g is not None]
     out[held] = rests([rows[j] for j in held])
     return out
