@@ -10,7 +10,8 @@ One run reports
   3. prefill tokens saved by prefix caching when every request shares a system prompt;
   4. KV blocks saved when n = 4 parallel samples of a long prompt share the prompt's blocks;
   5. the engine's own overhead: wall time against time inside the model's forward, seeded and unseeded
-     sampling, with the share of the sampler's noise draw, on tiny-zh and on a wider random-weight Llama.
+     sampling, with the share of the sampler's noise draw, on tiny-zh and on a wider random-weight Llama;
+  6. the engine's cost per step with one running sequence against 32: its fixed part, and what each sequence adds.
 
     python benchmarks/serving.py [--device cpu|cuda] [--quick] [--out PATH]
 
@@ -152,6 +153,16 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "t
             "shares": share, "overhead_us_per_step": 1e6 * (seconds - spent["forward"]) / steps,
             "forward_us_per_step": 1e6 * spent["forward"] / steps,
             "wall_over_forward_without_noise": (seconds - spent["sample: noise"]) / spent["forward"]}
+
+
+def per_step_cost(alone: dict, full: dict, batch: int) -> dict:
+    """The engine's cost per step outside the forward (`run_overhead`'s) with one running sequence and with `batch`,
+    the draw's part of the first (`sample`, in microseconds per step), and the slope between them: what each further
+    running sequence adds, if the cost grows linearly."""
+    one, whole = alone["overhead_us_per_step"], full["overhead_us_per_step"]
+    return {"one_sequence_us": one, "full_batch_us": whole, "batch": batch,
+            "one_sequence_sample_us": 1e6 * alone["shares"]["sample"] * alone["seconds"] / alone["steps"],
+            "per_sequence_us": (whole - one) / (batch - 1)}
 
 
 def wider(model, hidden: int, layers: int):
@@ -324,6 +335,10 @@ def main() -> None:
     overhead_unseeded = best_of(repeats, lambda: run_overhead(model, requests, batch, seeded=False))
     counter = best_of(repeats, lambda: run_overhead(model, requests, batch, rng="counter"))
     counter_unseeded = best_of(repeats, lambda: run_overhead(model, requests, batch, seeded=False, rng="counter"))
+    # the same requests one at a time: what a step costs the engine whatever its batch (its fixed cost), and so,
+    # against the 32-sequence runs, what each further running sequence adds
+    alone = {rng: best_of(repeats, lambda: run_overhead(model, requests, 1, rng=rng)) for rng in ("torch", "counter")}
+    per_step = {rng: per_step_cost(alone[rng], full, batch) for rng, full in (("torch", overhead), ("counter", counter))}
     # hidden, layers: on a GPU about Qwen3-0.6B's size (0.8B parameters here), where nano-vllm reports its 1.1x
     wide_shape = (256, 4) if args.quick else (2048, 16) if args.device == "cuda" else (512, 8)
     wide = wider(model, *wide_shape)
@@ -345,6 +360,8 @@ def main() -> None:
                "engine_overhead_unseeded": overhead_unseeded, "engine_overhead_wider_model": overhead_wide,
                "engine_overhead_counter": counter, "engine_overhead_counter_unseeded": counter_unseeded,
                "engine_overhead_counter_wider_model": counter_wide,
+               "engine_overhead_one_sequence": alone["torch"], "engine_overhead_counter_one_sequence": alone["counter"],
+               "engine_cost_per_step": per_step,
                "prefix_caching": prefix, "n4_sharing": sharing,
                "speedup_vs_static": engine["tokens_per_s"] / static["tokens_per_s"]}
     rows = [
@@ -380,6 +397,10 @@ def main() -> None:
               ("seeded, rng='counter'", counter, "goal <= 1.1x"),
               ("unseeded, rng='counter'", counter_unseeded, "goal <= 300 us per step"),
               ("seeded, rng='counter', the random Llama", counter_wide, "goal <= 1.02x at 25M"))],
+        *[(f"Engine cost per step, seeded, rng={rng!r}",
+           f"{c['one_sequence_us']:.0f} us with one running sequence (the draw {c['one_sequence_sample_us']:.0f} us of "
+           f"it), {c['full_batch_us']:.0f} us with {batch}: about {c['per_sequence_us']:.1f} us per further sequence")
+          for rng, c in per_step.items()],
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "
                                            f"same outputs: {prefix['same_outputs']}"),

@@ -44,6 +44,12 @@ def test_serving_benchmark_smoke(tmp_path):
         assert overhead["wall_over_forward"] > overhead["wall_over_forward_without_noise"] >= 1.0
         assert 0.0 < overhead["shares"]["sample: noise"] < overhead["shares"]["sample"] < 1.0
         assert overhead["overhead_us_per_step"] > 0 and 0.0 < overhead["shares"]["forward"] < 1.0
+    # the fixed part of a step: the same requests one at a time (a step per token) beside 32 running at once
+    assert "Engine cost per step, seeded, rng='counter'" in table
+    for rng in ("torch", "counter"):
+        cost = result["engine_cost_per_step"][rng]
+        assert cost["batch"] == 32 and cost["one_sequence_us"] > cost["one_sequence_sample_us"] > 0
+    assert result["engine_overhead_counter_one_sequence"]["steps"] > result["engine_overhead_counter"]["steps"]
     if "error" not in result["generate_batch"]:  # transformers' continuous batching, same limits, same workload
         assert result["generate_batch"]["same_tokens"] is True
 
