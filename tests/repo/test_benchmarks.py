@@ -108,6 +108,15 @@ def test_roofline_refuses_cuda_without_a_gpu(tmp_path):
     assert done.returncode != 0 and "torch.cuda.is_available() is False" in done.stderr
 
 
+def test_gpu_check_steps_fit_one_command():
+    """The GPU check runs as one command on a lent machine, at most 600 s: its steps' limits, each with the 10 s
+    `timeout --kill-after` grants before a kill, must fit (read from the script, so a raised limit is caught here)."""
+    import re
+    script = (BENCHMARKS.parent / "scripts" / "gpu_check.sh").read_text()
+    limits = [int(limit) for limit in re.findall(r"^step [\w-]+ (\d+) ", script, flags=re.MULTILINE)]
+    assert len(limits) >= 7 and sum(limits) + 10 * len(limits) <= 600, limits
+
+
 def test_gpu_check_refuses_without_a_gpu(tmp_path):
     import torch
     if torch.cuda.is_available():
