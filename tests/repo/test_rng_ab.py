@@ -34,6 +34,13 @@ def test_too_few_pairs_are_refused(monkeypatch, capsys):
         rng_ab.main()
 
 
+@pytest.mark.parametrize("batch", ["0", "-3"])
+def test_no_running_sequence_is_refused(monkeypatch, batch):
+    monkeypatch.setattr(sys, "argv", ["rng_ab.py", "--batch", batch])
+    with pytest.raises(SystemExit, match=f"--batch must be at least 1, got {batch}"):
+        rng_ab.main()
+
+
 def test_targets_say_which_stream_meets_each():
     def setting(torch_value, counter_value, measure):
         return {"summary": {measure: {"torch_median": torch_value, "counter_median": counter_value}}}
