@@ -367,10 +367,11 @@ def _rests(rows: list[CounterRNG | None]) -> np.ndarray | torch.Tensor:
     if None not in rows:                     # (compared by identity first: one C loop)
         # as `rests`, into a CPU tensor over a Python array: a third of `torch.tensor`'s cost on a list
         return torch.frombuffer(array.array("d", [1.0 - u for u in next_uniforms(rows)]), dtype=torch.float64)
+    if rows.count(None) == len(rows):        # every row unseeded (one C loop): one uniform each, in row order
+        # whatever the default device; 1 - u in float64, as numpy's subtraction gives it
+        return 1.0 - torch.rand(len(rows), dtype=torch.float64, device="cpu")
     free = [j for j, g in enumerate(rows) if g is None]
-    drawn = torch.rand(len(free), dtype=torch.float64, device="cpu")   # whatever the default device
-    if len(free) == len(rows):
-        return 1.0 - drawn                   # a tensor: 1 - u in float64, as numpy's subtraction gives it
+    drawn = torch.rand(len(free), dtype=torch.float64, device="cpu")
     out = np.empty(len(rows), dtype=np.float64)
     out[free] = np.subtract(1.0, drawn.numpy())
     held = [j for j, g in enumerate(rows) if g is not None]
