@@ -501,6 +501,10 @@ README_SOURCES: dict[str, list[str]] = {
     "### Unseeded rows by one uniform": ["benchmarks/results/noise.json", "benchmarks/results/unseeded-uniform-ab.json",
                                          "benchmarks/results/unseeded-uniform-sampler-ab.json",
                                          "benchmarks/results/engine-targets-uniform.json"],
+    "### Fewer calls in the draw": ["benchmarks/results/serving.json",
+                                    "benchmarks/results/draw-calls-one-sequence-ab.json",
+                                    "benchmarks/results/draw-calls-ab.json",
+                                    "benchmarks/results/engine-targets-calls.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
