@@ -504,6 +504,7 @@ README_SOURCES: dict[str, list[str]] = {
     "### Fewer calls in the draw": ["benchmarks/results/serving.json",
                                     "benchmarks/results/draw-calls-one-sequence-ab.json",
                                     "benchmarks/results/draw-calls-ab.json",
+                                    "benchmarks/results/draw-calls-sampler-ab.json",
                                     "benchmarks/results/engine-targets-calls.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
