@@ -3,8 +3,8 @@ noise over the vocabulary for every random row) against `Engine(rng="counter")` 
 CDF; `decodelab.sampling.counter_rng`), on the same code and the same requests, alternating within each pair.
 
 The measure is `benchmarks/serving.py`'s engine overhead (`run_overhead`: wall time against the time inside the
-model's forward, and the engine's microseconds per step beside it) on its 64-request short workload, tiny-zh, 32
-running sequences, temperature 1: seeded (each request its own stream), unseeded, and seeded on the wider random
+model's forward, and the engine's microseconds per step beside it) on its 64-request short workload, tiny-zh, at
+most 32 running sequences (`--batch`: 1 measures a step's fixed cost), temperature 1: seeded (each request its own stream), unseeded, and seeded on the wider random
 Llama (512 wide, 8 layers, 25M parameters; `--no-wide` skips it). Pair i runs torch then counter when i is even,
 counter then torch when odd, so a drift in the machine's load falls on both. Per measure the JSON holds every run,
 the medians, the paired ratios counter / torch, their median and a percentile bootstrap 95% interval
@@ -16,7 +16,8 @@ It ends by printing issue 31's three targets for the engine's own cost (`TARGETS
 forward, unseeded at most 300 us per step, the 25M model at most 1.02x) with each stream's median and whether it
 meets them; the JSON keeps them under "targets".
 
-Writes benchmarks/results/rng-ab.json. Quoted in the README's "Counter-based streams" section.
+Writes benchmarks/results/rng-ab.json (rng-ab-batch-N.json for another `--batch`, so that the quoted 32-sequence run is
+kept). Quoted in the README's "Counter-based streams" section.
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def main() -> None:
     parser.add_argument("--no-wide", action="store_true", help="skip the 25M-parameter random Llama")
     parser.add_argument("--batch", type=int, default=32,
                         help="running sequences at most (the targets are for 32; 1 measures the fixed cost of a step)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, help="where the JSON goes (default results/rng-ab.json; "
+                                                  "rng-ab-batch-N.json for another --batch)")
     args = parser.parse_args()
     if args.batch < 1:
         raise SystemExit(f"--batch must be at least 1, got {args.batch}")
@@ -96,7 +98,7 @@ def main() -> None:
     settings = {"seeded": (model, True), "unseeded": (model, False)}
     if not args.no_wide:
         settings["seeded, random Llama 512 x 8 (25M)"] = (serving.wider(model, 512, 8), True)
-    serving.run_overhead(model, requests[:8], 32, rng="counter")     # warm-up
+    serving.run_overhead(model, requests[:8], args.batch, rng="counter")     # warm-up
     results = {}
     for name, (m, seeded) in settings.items():
         runs = []
@@ -125,10 +127,12 @@ def main() -> None:
             f"{rng} {t[rng]['median']:.3f}{unit} ({'met' if t[rng]['met'] else 'not met'})" for rng in ("torch", "counter")))
     meta = {"model": model_name, "date": datetime.date.today().isoformat(), "pairs": args.pairs,
             "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(), "threads": 1,
-            "workload": f"benchmarks/serving.py's 64 short requests, {args.batch} running, temperature 1"}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "settings": results, "targets": checked}, indent=2) + "\n")
-    print(f"wrote {args.out}")
+            "batch": args.batch,
+            "workload": f"benchmarks/serving.py's 64 short requests, at most {args.batch} running, temperature 1"}
+    out = args.out or (RESULTS if args.batch == 32 else RESULTS.with_name(f"rng-ab-batch-{args.batch}.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "settings": results, "targets": checked}, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

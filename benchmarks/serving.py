@@ -11,7 +11,8 @@ One run reports
   4. KV blocks saved when n = 4 parallel samples of a long prompt share the prompt's blocks;
   5. the engine's own overhead: wall time against time inside the model's forward, seeded and unseeded
      sampling, with the share of the sampler's noise draw, on tiny-zh and on a wider random-weight Llama;
-  6. the engine's cost per step with one running sequence against 32: its fixed part, and what each sequence adds.
+  6. the engine's cost per step with one running sequence against up to 32: its fixed part, and what each row drawn
+     in a step adds.
 
     python benchmarks/serving.py [--device cpu|cuda] [--quick] [--out PATH]
 
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import inspect
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -37,6 +40,18 @@ from decodelab.engine import Engine
 from decodelab.sampling import SamplingParams
 
 RESULTS = Path(__file__).parent / "results" / "serving.json"
+
+
+def library_commit() -> str | None:
+    """HEAD's commit, "-dirty" when lib/ or benchmarks/ has uncommitted changes; None outside a git checkout."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lib", "benchmarks/serving.py"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def load(device: str):
@@ -140,29 +155,35 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "t
         for i, (prompt, out) in enumerate(requests):
             engine.add_request(prompt, SamplingParams(temperature=1.0, seed=i if seeded else None, max_tokens=out,
                                                       ignore_eos=True))
-        start = time.perf_counter()
+        start, drawn = time.perf_counter(), 0
         while engine.has_unfinished():
-            engine.step()
+            drawn += len(engine.step().new_tokens)       # the sequences that drew a token this step
         seconds = time.perf_counter() - start
     finally:
         for owner, name, call in patched:
             setattr(owner, name, call)
     share = {label: value / seconds for label, value in spent.items()}
     steps = engine.stats.steps
-    return {"seconds": seconds, "steps": steps, "seeded": seeded, "rng": rng, "wall_over_forward": seconds / spent["forward"],
+    return {"seconds": seconds, "steps": steps, "seeded": seeded, "rng": rng, "rows_per_step": drawn / steps,
+            "wall_over_forward": seconds / spent["forward"],
             "shares": share, "overhead_us_per_step": 1e6 * (seconds - spent["forward"]) / steps,
             "forward_us_per_step": 1e6 * spent["forward"] / steps,
             "wall_over_forward_without_noise": (seconds - spent["sample: noise"]) / spent["forward"]}
 
 
 def per_step_cost(alone: dict, full: dict, batch: int) -> dict:
-    """The engine's cost per step outside the forward (`run_overhead`'s) with one running sequence and with `batch`,
-    the draw's part of the first (`sample`, in microseconds per step), and the slope between them: what each further
-    running sequence adds, if the cost grows linearly."""
-    one, whole = alone["overhead_us_per_step"], full["overhead_us_per_step"]
-    return {"one_sequence_us": one, "full_batch_us": whole, "batch": batch,
+    """The engine's cost per step outside the forward (`run_overhead`'s) with one running sequence and with up to
+    `batch`, the draw's part of the first (`sample`, in microseconds per step), and the slope between them: what each
+    further row drawn in a step adds, if the cost grows linearly with the rows. The runs hold the same requests, so
+    the same rows and prompt tokens in all; with up to `batch` running a step draws `rows_per_step` rows on average
+    (far fewer than `batch` in the short workload: requests finish, and prefill steps draw only their new
+    sequences), with one running it draws one. Then cost = fixed + rows x slope gives
+    slope = (full - alone) / (rows_per_step - 1) and fixed = alone - slope."""
+    one, whole, rows = alone["overhead_us_per_step"], full["overhead_us_per_step"], full["rows_per_step"]
+    slope = (whole - one) / (rows - 1)
+    return {"one_sequence_us": one, "full_batch_us": whole, "batch": batch, "rows_per_step": rows,
             "one_sequence_sample_us": 1e6 * alone["shares"]["sample"] * alone["seconds"] / alone["steps"],
-            "per_sequence_us": (whole - one) / (batch - 1)}
+            "per_row_us": slope, "fixed_us": one - slope}
 
 
 def wider(model, hidden: int, layers: int):
@@ -349,7 +370,8 @@ def main() -> None:
                  dtype=str(next(wide.parameters()).dtype).removeprefix("torch."))
     prefix = run_prefix(model, 16 if args.quick else 64, 96, args.seed)
     sharing = run_sharing(model, 192, 16 if args.quick else 48, args.seed)
-    results = {"model": model_name, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+    results = {"date": datetime.date.today().isoformat(), "library_commit": library_commit(),
+               "model": model_name, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
                "device": args.device, "quick": args.quick, "threads": args.threads,
                "repeats": repeats,
                "torch": torch.__version__,
@@ -399,7 +421,8 @@ def main() -> None:
               ("seeded, rng='counter', the random Llama", counter_wide, "goal <= 1.02x at 25M"))],
         *[(f"Engine cost per step, seeded, rng={rng!r}",
            f"{c['one_sequence_us']:.0f} us with one running sequence (the draw {c['one_sequence_sample_us']:.0f} us of "
-           f"it), {c['full_batch_us']:.0f} us with {batch}: about {c['per_sequence_us']:.1f} us per further sequence")
+           f"it), {c['full_batch_us']:.0f} us with up to {batch} ({c['rows_per_step']:.1f} rows drawn per step): "
+           f"about {c['fixed_us']:.0f} us per step and {c['per_row_us']:.1f} us per row")
           for rng, c in per_step.items()],
         ("prefix caching: prefill tokens", f"{prefix['without_cache']['prefill_tokens']} -> "
                                            f"{prefix['with_cache']['prefill_tokens']}, saved {prefix['prefill_saved']:.1%}, "

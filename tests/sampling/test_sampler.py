@@ -297,6 +297,16 @@ def test_counter_rows_draw_on_the_cpu_whatever_the_default_device():
     assert run("meta") == expected and len({t for step in expected for t in step}) > 1
 
 
+def test_no_rows_draw_nothing():
+    """The draw's uniforms for no rows are an empty float64 tensor, and the search over them is empty (benchmarks
+    call these helpers directly)."""
+    from decodelab.sampling.counter_rng import _draw_columns
+    from decodelab.sampling.sampler import _rests
+    rest = _rests([])
+    assert rest.dtype == torch.float64 and rest.shape == (0,)
+    assert _draw_columns(torch.rand(0, 5), rest).shape == (0,)
+
+
 def test_unseeded_rows_of_a_top_k_group_draw_only_their_candidates():
     """Rows without a generator in a top-k group (candidate columns, a row's columns past its k hold probability
     0) draw by their uniform too, and only among their own k best tokens."""

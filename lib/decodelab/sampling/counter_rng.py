@@ -166,9 +166,9 @@ def rests(rngs: Sequence[CounterRNG]) -> np.ndarray:
     return np.subtract(1.0, next_uniforms(rngs))
 
 
-def _draw_columns(probs: torch.Tensor, rest: np.ndarray, normalized: bool = False) -> torch.Tensor:
-    """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (float64) that `rests` made (in (0, 1], one per
-    row by construction): the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed
+def _draw_columns(probs: torch.Tensor, rest: np.ndarray | torch.Tensor, normalized: bool = False) -> torch.Tensor:
+    """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (float64, in (0, 1], one per row by construction)
+    that `rests` made, or the sampler's `_rests` (a CPU tensor or a numpy array): the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed
     cost, larger with the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a
     softmax), so total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is
     skipped."""

@@ -349,7 +349,8 @@ def _draw_checked_uniform_rows(group: RowGroup, generators: list[CounterRNG | No
     finite, `Temperature`), so the rows are checked on the cumulative sums' last column before any stream or torch's
     global RNG advances. The check on its own (`_check_rows`) costs a pass over the logits and a tensor call. Every
     step of an engine pays this draw's tensor calls whatever its batch, each dearer with the forward's data in the
-    caches, so it makes few: no numpy call, no separate pass for the check."""
+    caches, so it makes few: no separate pass for the check, and no numpy call when the rows are all counter rows or
+    all without a generator (a stream's refill hashes with numpy, at most once per 32 to 256 of its draws)."""
     probs = torch.softmax(group.logits, dim=-1)  # [B, V]
     cdf = _cdf(probs)
     totals = cdf[:, -1:]                         # [B, 1], each about 1 for a good row
@@ -364,6 +365,8 @@ def _rests(rows: list[CounterRNG | None]) -> np.ndarray | torch.Tensor:
     rows without a generator (CPU rows only) one `torch.rand` call on torch's global CPU RNG, a uniform each in the
     order of `rows`, so `torch.manual_seed` repeats them. One uniform per row, where `exponential_` draws one number per
     vocabulary entry at tens of nanoseconds each on a CPU (`benchmarks/noise.py`)."""
+    if not rows:
+        return torch.empty(0, dtype=torch.float64, device="cpu")
     if None not in rows:                     # (compared by identity first: one C loop)
         # as `rests`, into a CPU tensor over a Python array: a third of `torch.tensor`'s cost on a list
         return torch.frombuffer(array.array("d", [1.0 - u for u in next_uniforms(rows)]), dtype=torch.float64)
