@@ -27,6 +27,7 @@ import inspect
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,19 +40,19 @@ import torch
 from decodelab.engine import Engine
 from decodelab.sampling import SamplingParams
 
+sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
+import provenance  # noqa: E402  (scripts/provenance.py: where a figure came from)
+
 RESULTS = Path(__file__).parent / "results" / "serving.json"
 
 
 def library_commit() -> str | None:
-    """HEAD's commit, "-dirty" when lib/ or benchmarks/ has uncommitted changes; None outside a git checkout."""
-    root = Path(__file__).resolve().parents[1]
+    """The library commit the run used (`scripts/provenance.py`'s, as chapters/data records it); None outside a git
+    checkout."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lib", "benchmarks/serving.py"], cwd=root,
-                               capture_output=True, text=True, check=True)
+        return provenance.library_commit()
     except (OSError, subprocess.CalledProcessError):
         return None
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def load(device: str):

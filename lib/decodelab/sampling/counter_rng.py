@@ -23,6 +23,7 @@ Taught in: chapters/03-strategies.ipynb (the sampler's note on seeds); measured 
 """
 from __future__ import annotations
 
+import array
 import math
 from collections.abc import Sequence
 
@@ -157,19 +158,22 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor | np.ndarray) -> torch.Tens
         raise ValueError(f"u must lie in [0, 1), got {u!r:.200}")
     # 1 - u in u's own precision for an array (float64 as `batch_uniforms` makes it), in float64 for a tensor
     rest = (1.0 - u) if isinstance(u, np.ndarray) else 1.0 - u.detach().to("cpu", torch.float64).numpy()
-    return _draw_columns(probs, rest.astype(np.float64, copy=False))
+    return _draw_columns(probs, torch.from_numpy(rest.astype(np.float64, copy=False)))
 
 
-def rests(rngs: Sequence[CounterRNG]) -> np.ndarray:
-    """1 - u for the next uniform u of each stream, float64 `[n]`, each stream advanced by one: what `_draw_columns`
-    takes."""
-    return np.subtract(1.0, next_uniforms(rngs))
+def rests(rngs: Sequence[CounterRNG]) -> torch.Tensor:
+    """1 - u for the next uniform u of each stream, a float64 CPU tensor `[n]`, each stream advanced by one: what
+    `_draw_columns` takes. Made over a Python array (`torch.frombuffer`), a third of what `torch.tensor` costs on a
+    list."""
+    if not rngs:
+        return torch.empty(0, dtype=torch.float64, device="cpu")   # (frombuffer refuses an empty buffer)
+    return torch.frombuffer(array.array("d", [1.0 - u for u in next_uniforms(rngs)]), dtype=torch.float64)
 
 
-def _draw_columns(probs: torch.Tensor, rest: np.ndarray | torch.Tensor, normalized: bool = False) -> torch.Tensor:
-    """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (float64, in (0, 1], one per row by construction)
-    that `rests` made, or the sampler's `_rests` (a CPU tensor or a numpy array): the sampler's hot path, once per step, in as few tensor calls as it can (each pays a fixed
-    cost, larger with the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a
+def _draw_columns(probs: torch.Tensor, rest: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+    """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (a float64 CPU tensor, in (0, 1], one per row by
+    construction) that `rests` or the sampler's `_rests` made: the sampler's hot path, once per step, in as few
+    tensor calls as it can (each pays a fixed cost, larger with the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a
     softmax), so total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is
     skipped."""
     return _search(_cdf(probs), probs, rest, normalized)
@@ -180,14 +184,11 @@ def _cdf(probs: torch.Tensor) -> torch.Tensor:
     return probs.cumsum(dim=-1, dtype=torch.float64)
 
 
-def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: np.ndarray | torch.Tensor, normalized: bool,
+def _search(cdf: torch.Tensor, probs: torch.Tensor, rest: torch.Tensor, normalized: bool,
             totals: torch.Tensor | None = None) -> torch.Tensor:
-    """The columns where `rest` (1 - u, `[n]` float64, a numpy array or a CPU tensor) times each row's total falls in
-    `cdf` (`_cdf(probs)`; `totals`: its last column `[n, 1]`, when the caller has it). Tensor calls only: the
-    product is the same float64 rounding numpy gives, and after the forward a numpy call costs more than a tensor
-    call (measured inside the engine's draw, `benchmarks/serving.py`)."""
-    if isinstance(rest, np.ndarray):
-        rest = torch.from_numpy(rest)
+    """The columns where `rest` (1 - u, a float64 CPU tensor `[n]`) times each row's total falls in `cdf`
+    (`_cdf(probs)`; `totals`: its last column `[n, 1]`, when the caller has it). Tensor calls only: after the
+    forward a numpy call costs more than a tensor call (measured inside the engine's draw, `benchmarks/serving.py`)."""
     if cdf.device.type != "cpu":
         cdf, totals = _zero_columns_flat(cdf, probs), None
         rest = rest.to(cdf.device)

@@ -23,16 +23,13 @@ Taught in: chapters/02-temperature.ipynb, chapters/03-strategies.ipynb
 """
 from __future__ import annotations
 
-import array
 import math
 import operator
 from collections.abc import Collection, Sequence
 
-import numpy as np
 import torch
 
-from decodelab.sampling.counter_rng import (CounterRNG, check_rng, _cdf, _draw_columns, _search, next_uniforms,
-                                            random_seed, rests)
+from decodelab.sampling.counter_rng import CounterRNG, check_rng, _cdf, _draw_columns, _search, random_seed, rests
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
@@ -349,8 +346,8 @@ def _draw_checked_uniform_rows(group: RowGroup, generators: list[CounterRNG | No
     finite, `Temperature`), so the rows are checked on the cumulative sums' last column before any stream or torch's
     global RNG advances. The check on its own (`_check_rows`) costs a pass over the logits and a tensor call. Every
     step of an engine pays this draw's tensor calls whatever its batch, each dearer with the forward's data in the
-    caches, so it makes few: no separate pass for the check, and no numpy call when the rows are all counter rows or
-    all without a generator (a stream's refill hashes with numpy, at most once per 32 to 256 of its draws)."""
+    caches, so it makes few: no separate pass for the check, and no numpy call (but a stream's refill, which hashes
+    with numpy at most once per 32 to 256 of its draws)."""
     probs = torch.softmax(group.logits, dim=-1)  # [B, V]
     cdf = _cdf(probs)
     totals = cdf[:, -1:]                         # [B, 1], each about 1 for a good row
@@ -359,25 +356,19 @@ def _draw_checked_uniform_rows(group: RowGroup, generators: list[CounterRNG | No
     return _search(cdf, probs, _rests(generators), normalized=True, totals=totals)
 
 
-def _rests(rows: list[CounterRNG | None]) -> np.ndarray | torch.Tensor:
-    """1 - u per row, float64 `[n]` in (0, 1], a CPU tensor (a numpy array when rows with and without a generator
-    mix; `_search` takes both): a CounterRNG row's next uniform (its stream advances by one); for the
-    rows without a generator (CPU rows only) one `torch.rand` call on torch's global CPU RNG, a uniform each in the
-    order of `rows`, so `torch.manual_seed` repeats them. One uniform per row, where `exponential_` draws one number per
-    vocabulary entry at tens of nanoseconds each on a CPU (`benchmarks/noise.py`)."""
-    if not rows:
-        return torch.empty(0, dtype=torch.float64, device="cpu")
+def _rests(rows: list[CounterRNG | None]) -> torch.Tensor:
+    """1 - u per row, a float64 CPU tensor `[n]` in (0, 1]: a CounterRNG row's next uniform (`rests`; its stream
+    advances by one); for the rows without a generator (CPU rows only) one `torch.rand` call on torch's global CPU
+    RNG, a uniform each in the order of `rows`, so `torch.manual_seed` repeats them. One uniform per row, where
+    `exponential_` draws one number per vocabulary entry at tens of nanoseconds each on a CPU (`benchmarks/noise.py`)."""
     if None not in rows:                     # (compared by identity first: one C loop)
-        # as `rests`, into a CPU tensor over a Python array: a third of `torch.tensor`'s cost on a list
-        return torch.frombuffer(array.array("d", [1.0 - u for u in next_uniforms(rows)]), dtype=torch.float64)
+        return rests(rows)
     if rows.count(None) == len(rows):        # every row unseeded (one C loop): one uniform each, in row order
-        # whatever the default device; 1 - u in float64, as numpy's subtraction gives it
-        return 1.0 - torch.rand(len(rows), dtype=torch.float64, device="cpu")
+        return 1.0 - torch.rand(len(rows), dtype=torch.float64, device="cpu")   # whatever the default device
     free = [j for j, g in enumerate(rows) if g is None]
-    drawn = torch.rand(len(free), dtype=torch.float64, device="cpu")
-    out = np.empty(len(rows), dtype=np.float64)
-    out[free] = np.subtract(1.0, drawn.numpy())
     held = [j for j, g in enumerate(rows) if g is not None]
+    out = torch.empty(len(rows), dtype=torch.float64, device="cpu")
+    out[free] = 1.0 - torch.rand(len(free), dtype=torch.float64, device="cpu")
     out[held] = rests([rows[j] for j in held])
     return out
 
