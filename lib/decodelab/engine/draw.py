@@ -24,7 +24,7 @@ from decodelab.decoding.request import TokenLogprob
 from decodelab.engine.scheduler import Drawn, Schedule
 from decodelab.engine.sequence import SequenceState
 from decodelab.grammar.base import mask_logits
-from decodelab.sampling.sampler import SamplingBatch, prepare, sample
+from decodelab.sampling.sampler import SamplingBatch, sample
 from decodelab.sampling.truncation import take_rows
 
 
@@ -38,12 +38,6 @@ class TokenDrawer:
         self._sampling_key: tuple[SequenceState, ...] | None = None
         self._sampling: SamplingBatch | None = None
         self._generators: tuple = ()                         # their streams, in the same order
-
-    def prepare(self, plan: Schedule) -> None:
-        """Before the forward: the rows' `SamplingBatch` for `plan`'s samples, and what the sampler works out from
-        the rows alone (`decodelab.sampling.sampler.prepare`), so that `draw` finds them ready. Draws nothing."""
-        batch = self._sampling_batch(tuple(seq for _, seq in plan.samples))
-        prepare(batch, self._generators, self.device)
 
     def draw(self, plan: Schedule, logits: torch.Tensor) -> Drawn:
         """One token per sample of `plan` from `logits` `[len(plan.scheduled), V]` (one row per scheduled sequence)."""

@@ -240,15 +240,13 @@ class Engine:
             self.drawer.forget()                      # nothing runs: let the last batch's sequences go
             return StepOutput.idle(self.num_waiting, plan)
         drafts = self.speculator.propose(plan, self.drawer)   # per scheduled sequence: drafts into the held slots
-        if not drafts.proposals:                      # the draw samples every row: its batch, made before the forward
-            self.drawer.prepare(plan)
-        holding = self._account(plan)                 # (live slots, allocated slots, sequences holding blocks)
         wanted = ([i for i, sched in enumerate(plan.scheduled) if sched.seq.wants_prompt_logprobs]
                   if plan.kind is StepKind.PREFILL else [])
         if wanted:   # the same one forward also gives the prompts' logits (prompt_logprobs, echo)
             logits, prompt_logits = self.runner.execute_with_prompt_logits(plan, self.kv_cache, wanted)
         else:
             logits = self.runner.execute(plan, self.kv_cache, drafts.tokens)   # [rows, V]; the copies, then one forward
+        holding = self._account(plan)                 # (live slots, allocated slots, sequences holding blocks)
         drawn = self.speculator.draw(plan, drafts, logits, self.drawer)   # per sample: tokens and logprobs
         if wanted:
             seqs = [plan.scheduled[i].seq for i in wanted]

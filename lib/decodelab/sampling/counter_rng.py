@@ -131,16 +131,6 @@ def next_uniforms(rngs: Sequence[CounterRNG]) -> list[float]:
     return out
 
 
-def refill(rngs: Sequence[CounterRNG]) -> None:
-    """Hash ahead now, in one vectorised call, the streams whose hashed draws have run out, which their next draw
-    would otherwise do (`next_uniforms`). Moves no stream: draw i is hash(seed, i) whatever the buffer. An engine
-    calls it before the forward (`decodelab.sampling.sampler.prepare`), where the call costs less than in the draw
-    after it, with the forward's data in the caches."""
-    due = [r for r in rngs if r._pos >= len(r._ahead)]
-    if due:
-        _hash_ahead(due)
-
-
 def batch_uniforms(rngs: Sequence[CounterRNG]) -> np.ndarray:
     """The next uniform of each stream, float64 `[n]`; each stream advances by one."""
     return np.array(next_uniforms(rngs), dtype=np.float64)
@@ -236,4 +226,4 @@ def check_rng(rng: str) -> str:
 
 
 __all__ = ["RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "next_uniforms",
-           "random_seed", "refill", "rests", "uniform"]
+           "random_seed", "rests", "uniform"]

@@ -29,8 +29,7 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from decodelab.sampling.counter_rng import (CounterRNG, check_rng, _cdf, _draw_columns, _search, random_seed, refill,
-                                            rests)
+from decodelab.sampling.counter_rng import CounterRNG, check_rng, _cdf, _draw_columns, _search, random_seed, rests
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
@@ -265,25 +264,6 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     for group in groups:
         tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators, uniform)
     return tokens
-
-
-def prepare(batch: SamplingBatch, generators: Sequence[torch.Generator | CounterRNG | None],
-            device: torch.device | str, method: str = "fast") -> None:
-    """Work out now what `sample(logits, batch, generators, method=method)` on `device` reads from the rows alone,
-    and keep it with `batch`: the streams checked (a tuple is remembered, as `sample` remembers it), the rows' routes,
-    and the hashing ahead of counter streams whose hashed draws ran out (`counter_rng.refill`). Draws nothing and moves
-    no stream, so `sample` gives the same tokens with or without it; bad streams raise here as they would there.
-
-    An engine calls it before the forward, once the step's rows are known (vLLM prepares its sampling metadata with
-    the step's inputs): on a CPU the same Python and numpy calls cost several times less there than in the draw after
-    the forward, whose weights have filled the caches (`benchmarks/serving.py`)."""
-    if not isinstance(batch, SamplingBatch):
-        raise TypeError(f"batch must be a SamplingBatch, got {type(batch).__name__}")
-    if method not in fast_paths.METHODS:
-        raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
-    checked, counters, _ = _generators(generators, batch, torch.device(device))
-    fast_paths.routes(batch, method, sampling=True)
-    refill(checked if counters else [g for g in checked if isinstance(g, CounterRNG)])
 
 
 def _generators(generators, batch: SamplingBatch,
