@@ -8,7 +8,9 @@ most 32 running sequences (`--batch`: 1 measures a step's fixed cost), temperatu
 stream), unseeded, and seeded on the wider random Llama (512 wide, 8 layers, 25M parameters; `--no-wide` skips it). Pair i runs torch then counter when i is even,
 counter then torch when odd, so a drift in the machine's load falls on both. Per measure the JSON holds every run,
 the medians, the paired ratios counter / torch, their median and a percentile bootstrap 95% interval
-(`benchmarks/ab.py`'s `median_interval`).
+(`benchmarks/ab.py`'s `median_interval`); every pair keeps the 1-minute load before it, and the meta the run's start
+(UTC) and library commit: on a shared VM the same code's medians drift between runs minutes apart (the README's
+"The draw after the forward" section), so a run is read with its time and load.
 
     python benchmarks/rng_ab.py [--pairs 7] [--no-wide] [--batch 32] [--out PATH]
 
@@ -91,6 +93,7 @@ def main() -> None:
         raise SystemExit(f"--batch must be at least 1, got {args.batch}")
     if args.pairs < 2:
         raise SystemExit(f"--pairs must be at least 2, got {args.pairs}")
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model, model_name = serving.load("cpu")
@@ -125,7 +128,8 @@ def main() -> None:
         unit = " us" if t["measure"] == "overhead_us_per_step" else "x"
         print(f"target: {t['target']}: " + ", ".join(
             f"{rng} {t[rng]['median']:.3f}{unit} ({'met' if t[rng]['met'] else 'not met'})" for rng in ("torch", "counter")))
-    meta = {"model": model_name, "date": datetime.date.today().isoformat(), "pairs": args.pairs,
+    meta = {"model": model_name, "date": datetime.date.today().isoformat(), "started": started,
+            "library_commit": serving.library_commit(), "pairs": args.pairs,
             "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(), "threads": 1,
             "batch": args.batch,
             "workload": f"benchmarks/serving.py's 64 short requests, at most {args.batch} running, temperature 1"}
