@@ -506,6 +506,9 @@ README_SOURCES: dict[str, list[str]] = {
                                     "benchmarks/results/draw-calls-ab.json",
                                     "benchmarks/results/draw-calls-sampler-ab.json",
                                     "benchmarks/results/engine-targets-calls.json"],
+    "### The draw after the forward": ["benchmarks/results/cold-draw.json",
+                                       *(f"benchmarks/results/engine-targets-drift-{run}.json" for run in "ab1234"),
+                                       "benchmarks/results/prepare-before-forward-ab.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
