@@ -52,10 +52,11 @@ def decode_state(model, rows: int, rng: str, seeded: bool):
         prompt = [3 + (7 * i + j) % (vocab - 3) for j in range(12 + i % 5)]
         engine.add_request(prompt, SamplingParams(temperature=1.0, seed=i if seeded else None, max_tokens=200,
                                                   ignore_eos=True))
-    while True:
+    for _ in range(rows + 50):            # prefills admit at least one request a step; then the first decode step
         out = engine.step()
         if out.kind is StepKind.DECODE and len(out.plan.scheduled) == rows:
             return engine, out.plan
+    raise RuntimeError(f"{rows} sequences did not all reach decode together (the KV cache may not hold them)")
 
 
 def measure(model, rows: int, rng: str, seeded: bool, trials: int) -> dict:
