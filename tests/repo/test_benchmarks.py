@@ -191,23 +191,27 @@ def test_load_benchmark_refuses_bad_arguments(args, message):
 
 def test_cold_draw_benchmark_smoke(tmp_path):
     out = tmp_path / "cold-draw.json"
-    table = run_benchmark("cold_draw.py", out, "--settings", "counter", "torch")
+    table = run_benchmark("cold_draw.py", out)
     result = json.loads(out.read_text())
     assert result["meta"]["quick"] and result["meta"]["trials"] == 5 and "cold / warm" in table
     assert [(r["setting"], r["rows"]) for r in result["results"]] == [
-        ("counter", 1), ("counter", 4), ("torch", 1), ("torch", 4)]
+        (setting, rows) for setting in ("torch", "counter", "unseeded") for rows in (1, 4)]
     for r in result["results"]:
         for part in ("draw", "one_call"):
             low, high = r[part]["interval_95"]
             assert r[part]["cold_us"] > 0 and r[part]["warm_us"] > 0 and low <= r[part]["cold_over_warm"] <= high
 
 
-@pytest.mark.parametrize("args, message", [(["--trials", "1"], "--trials must be at least 2"),
-                                           (["--rows", "0"], "must be an int >= 1, got 0")])
+@pytest.mark.parametrize("args, message", [(["--trials", "1"], "--trials must be at least 2 (the interval needs two "
+                                                               "pairs), got 1"),
+                                           (["--trials", "0"], "--trials must be at least 2"),
+                                           (["--rows", "14", "0"], "--rows must each be at least 1, got [14, 0]"),
+                                           (["--rows", "x"], "argument --rows: invalid int value: 'x'")])
 def test_cold_draw_refuses_bad_arguments(args, message):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "cold_draw.py"), *args], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and message in done.stderr
+
 
 def test_bookkeeping_benchmark_smoke(tmp_path):
     out = tmp_path / "bookkeeping.json"
