@@ -39,6 +39,7 @@ import torch
 
 from decodelab.engine import Engine
 from decodelab.sampling import SamplingParams
+from decodelab.sampling.counter_rng import DEFAULT_RNG
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
 import provenance  # noqa: E402  (scripts/provenance.py: where a figure came from)
@@ -104,7 +105,7 @@ def run_engine(model, requests, batch: int, block_size: int = 16, attention: str
             "preemptions": engine.stats.preemptions}
 
 
-def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = "torch") -> dict:
+def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = DEFAULT_RNG) -> dict:
     """The engine's own cost: wall time of a whole run against the time inside the model's forward, on the same
     requests with temperature-1 sampling, seeded (each request its own generator, as a server runs a request that
     sets `seed`) or not (torch's global RNG: on the CPU one uniform per row and the inverse CDF; off it one noise

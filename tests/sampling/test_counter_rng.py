@@ -230,3 +230,20 @@ def test_rows_sharing_a_stream_read_the_same_draw_whatever_their_order(params):
         tokens = sample(torch.cat([row, other, row]), [params] * 3, [shared, alone, shared]).tolist()
         assert tokens[0] == tokens[2], step
     assert (shared.offset, alone.offset) == (80, 40)
+
+
+def test_the_entry_points_take_the_one_default_stream():
+    """The default kind of stream is named once (`DEFAULT_RNG`): make_generator, generate, Engine and EngineConfig
+    take it (the server's --rng too, by the same name), so switching it is one line in the library."""
+    import inspect
+
+    from decodelab.decoding.generate import generate
+    from decodelab.engine import Engine, EngineConfig
+    from decodelab.sampling.counter_rng import DEFAULT_RNG, RNGS
+
+    assert DEFAULT_RNG in RNGS
+    for entry in (make_generator, generate, Engine):
+        assert inspect.signature(entry).parameters["rng"].default == DEFAULT_RNG, entry
+    assert EngineConfig.__dataclass_fields__["rng"].default == DEFAULT_RNG
+    expected = torch.Generator if DEFAULT_RNG == "torch" else CounterRNG
+    assert type(make_generator(3)) is expected

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decodelab.sampling.counter_rng import check_rng
+from decodelab.sampling.counter_rng import DEFAULT_RNG, check_rng
 from decodelab.sampling.sampler import SamplingBatch, SamplingParams, make_generator, sample
 from decodelab.decoding.detokenize import sample_detokenizer
 from decodelab.grammar.base import mask_logits
@@ -82,7 +82,7 @@ def prompt_batch(model, tokenizer, prompts) -> list[list[int]]:
 
 
 def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[SamplingParams],
-             stream: bool = False, rng: str = "torch") -> list[Completion] | Iterator[StepEvent]:
+             stream: bool = False, rng: str = DEFAULT_RNG) -> list[Completion] | Iterator[StepEvent]:
     """Generate for `prompts` (a string, a list of strings, or token-id lists) with one `SamplingParams` for all or
     one per prompt. Returns a `decodelab.decoding.request.Completion` per prompt (its `request_id` is the prompt's index), or
     with `stream=True` an iterator of `StepEvent`s, one per still-running prompt per step (in prompt order). Prompts
@@ -134,7 +134,7 @@ def generate(model, tokenizer, prompts, params: SamplingParams | Sequence[Sampli
 
 @torch.no_grad()
 def _run(model, tokenizer, ids: list[list[int]], params: list[SamplingParams],
-         stream_text: bool, rng: str = "torch") -> Iterator[StepEvent]:
+         stream_text: bool, rng: str = DEFAULT_RNG) -> Iterator[StepEvent]:
     device = next(model.parameters()).device
     eos = eos_token_ids(model, tokenizer)
     pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None

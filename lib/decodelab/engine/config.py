@@ -15,7 +15,7 @@ import torch
 
 from decodelab.engine.speculation import SpeculativeConfig
 from decodelab.kv.layout import KV_LAYOUTS, RESERVATIONS
-from decodelab.sampling.counter_rng import check_rng
+from decodelab.sampling.counter_rng import DEFAULT_RNG, check_rng
 from decodelab.validation import check_int
 
 DEFAULT_KV_BYTES = 1 << 30  # the default pool holds at most 1 GiB of K/V
@@ -53,7 +53,7 @@ class EngineConfig:
     kv_layout: str = "paged"
     reserve: str = "max_tokens"
     speculative: SpeculativeConfig | None = None
-    rng: str = "torch"
+    rng: str = DEFAULT_RNG
 
     def __post_init__(self) -> None:
         block_size = check_int(self.block_size, "block_size")

@@ -52,6 +52,7 @@ from decodelab.engine.speculation import Drafts, SpeculativeConfig, make_specula
 from decodelab.kv.contiguous_cache import kv_bytes_per_token
 from decodelab.kv.layout import make_layout
 from decodelab.runner.model import PagedLlama
+from decodelab.sampling.counter_rng import DEFAULT_RNG
 from decodelab.sampling.sampler import SamplingParams, make_generator
 from decodelab.validation import ParamError, check_model
 
@@ -91,7 +92,7 @@ class Engine:
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention: str = "torch", kv_layout: str = "paged",
                  reserve: str = "max_tokens", speculative: SpeculativeConfig | None = None,
-                 rng: str = "torch") -> None:
+                 rng: str = DEFAULT_RNG) -> None:
         check_model(model, "Engine(model, tokenizer, ...)")         # None, or the arguments swapped
         self.runner = PagedLlama(model, attention)                 # checks `attention`
         self.speculator = make_speculator(speculative, self.runner)  # checks `speculative` against the target

@@ -33,6 +33,10 @@ import torch
 from decodelab.validation import check_int
 
 RNGS = ("torch", "counter")
+# The stream every entry point takes when it is not told (`make_generator`, `generate`, `Engine`, the server): a
+# torch.Generator per seeded sample. Every stored output of the book and of chapters/data is made of its streams, so
+# changing it means re-running those scripts and re-executing every notebook (README, "Counter-based streams").
+DEFAULT_RNG = "torch"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -225,5 +229,5 @@ def check_rng(rng: str) -> str:
     return rng
 
 
-__all__ = ["RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "next_uniforms",
+__all__ = ["DEFAULT_RNG", "RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "next_uniforms",
            "random_seed", "rests", "uniform"]

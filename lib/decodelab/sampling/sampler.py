@@ -29,7 +29,8 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from decodelab.sampling.counter_rng import CounterRNG, check_rng, _cdf, _draw_columns, _search, random_seed, rests
+from decodelab.sampling.counter_rng import (DEFAULT_RNG, CounterRNG, check_rng, _cdf, _draw_columns, _search,
+                                            random_seed, rests)
 from decodelab.sampling.ops import fast_paths
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
@@ -64,7 +65,7 @@ def sample_seed(seed: int | None, index: int) -> int | None:
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu",
-                   rng: str = "torch") -> torch.Generator | CounterRNG | None:
+                   rng: str = DEFAULT_RNG) -> torch.Generator | CounterRNG | None:
     """The random stream of one sample on `device`: with `rng="torch"` (the default) a `torch.Generator` seeded with
     `seed`, or None for an unseeded request (torch's global RNG); with `rng="counter"` a
     `decodelab.sampling.counter_rng.CounterRNG`, whose seed for an unseeded request comes from torch's global RNG.

@@ -38,7 +38,7 @@ from decodelab.decoding.detokenize import IncrementalDetokenizer, sample_detoken
 from decodelab.decoding.request import Completion, TokenLogprob
 from decodelab.engine.async_engine import BATCHING, AsyncEngine, EngineFailed, QueueFull, RequestStream
 from decodelab.engine.engine import CheckedRequest, Engine, TokenEvent
-from decodelab.sampling.counter_rng import RNGS
+from decodelab.sampling.counter_rng import DEFAULT_RNG, RNGS
 from decodelab.serve.chat import render_chat, resolve_chat_template
 from decodelab.serve.protocol import (UNSUPPORTED_CHAT_FIELDS, ChatCompletionRequest, CompletionRequest,
                                        SamplingFields, chat_choice_json, chat_completion_json, chat_id,
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-queue-len", type=int, default=256)
     parser.add_argument("--batching", choices=BATCHING, default="continuous")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the engine")
-    parser.add_argument("--rng", choices=RNGS, default="torch",
+    parser.add_argument("--rng", choices=RNGS, default=DEFAULT_RNG,
                         help="the requests' random streams: torch (a torch.Generator per seeded request, the book's "
                              "streams) or counter (counter-based, one hashed uniform per token; the same "
                              "distributions, other tokens for the same seed; decodelab.sampling.counter_rng)")
