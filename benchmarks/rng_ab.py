@@ -5,8 +5,9 @@ CDF; `decodelab.sampling.counter_rng`), on the same code and the same requests, 
 The measure is `benchmarks/serving.py`'s engine overhead (`run_overhead`: wall time against the time inside the
 model's forward, and the engine's microseconds per step beside it) on its 64-request short workload, tiny-zh, at
 most 32 running sequences (`--batch`: 1 measures a step's fixed cost), temperature 1: seeded (each request its own
-stream), unseeded, and seeded on the wider random Llama (512 wide, 8 layers, 25M parameters; `--no-wide` skips it). Pair i runs torch then counter when i is even,
-counter then torch when odd, so a drift in the machine's load falls on both. Per measure the JSON holds every run,
+stream), unseeded, and seeded on the wider random Llama (512 wide, 8 layers, 25M parameters; `--no-wide` skips it).
+Pair i runs torch then counter when i is even, counter then torch when odd, so a drift in the machine's load falls on
+both. Per measure the JSON holds every run,
 the medians, the paired ratios counter / torch, their median and a percentile bootstrap 95% interval
 (`benchmarks/ab.py`'s `median_interval`); every pair keeps the 1-minute load before it, and the meta the run's start
 (UTC) and library commit: on a shared VM the same code's medians drift between runs minutes apart (the README's

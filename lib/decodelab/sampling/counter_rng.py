@@ -177,9 +177,9 @@ def rests(rngs: Sequence[CounterRNG]) -> torch.Tensor:
 def _draw_columns(probs: torch.Tensor, rest: torch.Tensor, normalized: bool = False) -> torch.Tensor:
     """`inverse_cdf` without its checks, for `rest` = 1 - u `[n]` (a float64 CPU tensor, in (0, 1], one per row by
     construction) that `rests` or the sampler's `_rests` made: the sampler's hot path, once per step, in as few
-    tensor calls as it can (each pays a fixed cost, larger with the forward's data in the caches). `normalized`: each row of `probs` sums to about 1 (a
-    softmax), so total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp that guards tiny totals is
-    skipped."""
+    tensor calls as it can (each pays a fixed cost, larger with the forward's data in the caches). `normalized`: each
+    row of `probs` sums to about 1 (a softmax), so total * (1 - u) >= about 2**-53 cannot round to 0 and the clamp
+    that guards tiny totals is skipped."""
     return _search(_cdf(probs), probs, rest, normalized)
 
 
@@ -229,5 +229,5 @@ def check_rng(rng: str) -> str:
     return rng
 
 
-__all__ = ["DEFAULT_RNG", "RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf", "next_uniforms",
-           "random_seed", "rests", "uniform"]
+__all__ = ["DEFAULT_RNG", "RNGS", "CounterRNG", "batch_uniforms", "categorical", "check_rng", "inverse_cdf",
+           "next_uniforms", "random_seed", "rests", "uniform"]
