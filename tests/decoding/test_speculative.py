@@ -138,6 +138,25 @@ def test_ngram_draft_proposes_the_last_match():
     assert NgramDraft(max_n=3).propose([4, 4], 5, SamplingParams(), None) == ([4], None)
 
 
+@pytest.mark.parametrize("rng", ["torch", "counter"])
+def test_a_kind_of_stream_reproduces_and_the_two_kinds_differ(models, rng):
+    """`rng` picks the request's one stream, as generate's does: the same seed gives the same tokens again, and the
+    other kind gives other tokens (the same distribution: tests/engine/test_speculation.py's chi-square tests run
+    both kinds)."""
+    other = {"torch": "counter", "counter": "torch"}[rng]
+    run = lambda kind: speculative_generate(models["target"], models["tokenizer"], INTRO,  # noqa: E731
+                                            SamplingParams(seed=3, max_tokens=20), ModelDraft(models["small"]), 4,
+                                            rng=kind).token_ids
+    first = run(rng)
+    assert run(rng) == first and run(other) != first
+
+
+def test_an_unknown_kind_of_stream_is_refused(models):
+    with pytest.raises(ValueError, match=r"rng must be one of \('torch', 'counter'\), got 'numpy'"):
+        speculative_generate(models["target"], models["tokenizer"], INTRO, SamplingParams(seed=3), NgramDraft(), 4,
+                             rng="numpy")
+
+
 def test_stops_and_seed_reproduce(models):
     params = SamplingParams(seed=3, max_tokens=30)
     first = speculative_generate(models["target"], models["tokenizer"], INTRO, params, ModelDraft(models["small"]), 4)

@@ -17,14 +17,15 @@ def city(tiny):
     return LLGuidanceGrammar.regex("(小明|小红)(喜欢吃北京烤鸭|坐(飞机|火车)去北京)。", tiny[1])
 
 
+@pytest.mark.parametrize("rng", ["torch", "counter"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0, 2.0])
-def test_engine_and_generate_draw_what_constrained_generate_draws(tiny, city, temperature):
+def test_engine_and_generate_draw_what_constrained_generate_draws(tiny, city, temperature, rng):
     model, tokenizer = tiny
     params = SamplingParams(temperature=temperature, seed=3, max_tokens=30, grammar=city)
     [expected] = constrained_generate(model, tokenizer, "今天，", SamplingParams(temperature=temperature, seed=3,
-                                                                                   max_tokens=30), city)
-    [from_engine] = Engine(model, tokenizer).generate(["今天，"], params)
-    [from_generate] = generate(model, tokenizer, "今天，", params)
+                                                                                   max_tokens=30), city, rng=rng)
+    [from_engine] = Engine(model, tokenizer, rng=rng).generate(["今天，"], params)
+    [from_generate] = generate(model, tokenizer, "今天，", params, rng=rng)
     assert from_engine.token_ids == from_generate.token_ids == expected.token_ids
     assert city.accepts(from_engine.token_ids) and from_engine.finish_reason == "stop"
 
@@ -58,3 +59,8 @@ def test_a_grammar_is_checked(tiny):
     with pytest.raises(ParamError, match="allows no token"):
         engine.generate(["小明"], SamplingParams(max_tokens=5, grammar=json_only))
     assert not engine.has_unfinished()
+
+
+def test_constrained_generate_refuses_an_unknown_kind_of_stream(tiny, city):
+    with pytest.raises(ValueError, match=r"rng must be one of \('torch', 'counter'\), got 'numpy'"):
+        constrained_generate(*tiny, "今天，", SamplingParams(seed=3, max_tokens=5), city, rng="numpy")

@@ -124,7 +124,7 @@ def test_counter_rows_do_not_depend_on_the_batch_and_mix_with_torch_rows(method)
     alone = [int(sample(row, [mine], [alone_rng], method=method)) for _ in range(8)]
     neighbours = [SamplingParams(top_k=700, seed=3), SamplingParams(temperature=0.0), SamplingParams(top_p=0.5)]
     streams = [make_generator(42, rng="counter"), make_generator(3, rng="counter"), None,
-               make_generator(1)]                                  # a torch.Generator row in the same call
+               make_generator(1, rng="torch")]                     # a torch.Generator row in the same call
     theirs = torch.randn(1, 2048) * 2                                  # the torch.Generator row's logits
     shared, torch_row = [], []
     for _ in range(8):
@@ -134,10 +134,10 @@ def test_counter_rows_do_not_depend_on_the_batch_and_mix_with_torch_rows(method)
         torch_row.append(int(tokens[3]))
     assert shared == alone and len(set(alone)) > 1
     # the torch.Generator row of the mixed call drew what it draws alone from the same generator
-    torch_alone = make_generator(1)
+    torch_alone = make_generator(1, rng="torch")
     assert torch_row == [int(sample(theirs, [neighbours[2]], [torch_alone], method=method)) for _ in range(8)]
     assert len(set(torch_row)) > 1
-    torch_stream = make_generator(42)
+    torch_stream = make_generator(42, rng="torch")
     assert [int(sample(row, [mine], [torch_stream], method=method)) for _ in range(8)] != alone
 
 
@@ -211,7 +211,7 @@ def test_counter_rows_are_checked_on_their_sums_before_any_stream_advances(tempe
     with pytest.raises(ValueError, match=message):
         sample(logits, params, streams)
     with pytest.raises(ValueError, match=message):       # the route with its own check refuses the same rows
-        sample(logits, params, [make_generator(i) for i in range(6)])
+        sample(logits, params, [make_generator(i, rng="torch") for i in range(6)])
     assert [s.offset for s in streams] == [0] * 6
     good = [0, 4, 5]
     tokens = sample(logits[good], params, [streams[i] for i in good]).tolist()
@@ -233,16 +233,19 @@ def test_rows_sharing_a_stream_read_the_same_draw_whatever_their_order(params):
 
 
 def test_the_entry_points_take_the_one_default_stream():
-    """The default kind of stream is named once (`DEFAULT_RNG`): make_generator, generate, Engine and EngineConfig
-    take it (the server's --rng too, by the same name), so switching it is one line in the library."""
+    """The default kind of stream is named once (`DEFAULT_RNG`): make_generator, generate, Engine, EngineConfig,
+    speculative_generate and constrained_generate take it (the server's --rng too, by the same name), so switching it
+    is one line in the library."""
     import inspect
 
+    from decodelab.decoding.constrained import constrained_generate
     from decodelab.decoding.generate import generate
+    from decodelab.decoding.speculative import speculative_generate
     from decodelab.engine import Engine, EngineConfig
     from decodelab.sampling.counter_rng import DEFAULT_RNG, RNGS
 
     assert DEFAULT_RNG in RNGS
-    for entry in (make_generator, generate, Engine):
+    for entry in (make_generator, generate, Engine, speculative_generate, constrained_generate):
         assert inspect.signature(entry).parameters["rng"].default == DEFAULT_RNG, entry
     assert EngineConfig.__dataclass_fields__["rng"].default == DEFAULT_RNG
     expected = torch.Generator if DEFAULT_RNG == "torch" else CounterRNG

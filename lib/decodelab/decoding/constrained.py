@@ -36,6 +36,7 @@ from decodelab.grammar.backends import LLGuidanceGrammar, ToyLanguageGrammar
 from decodelab.grammar.base import Grammar, check_token_ids
 from decodelab.decoding.generate import model_context, model_step
 from decodelab.decoding.request import check_prompt_fits
+from decodelab.sampling.counter_rng import DEFAULT_RNG, check_rng
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits, sample, sample_seed
 from decodelab.models.tokenizer import encode_prompt
 from decodelab.validation import ParamError, as_int_list, check_model
@@ -109,10 +110,11 @@ def _dead_end(tokenizer, generated: list[int], row: int) -> ParamError:
 
 @torch.no_grad()
 def constrained_generate(model, tokenizer, prompt: str | list[int], params: SamplingParams,
-                         grammar: Grammar) -> list[ConstrainedCompletion]:
+                         grammar: Grammar, rng: str = DEFAULT_RNG) -> list[ConstrainedCompletion]:
     """`params.n` samples for `prompt` (a string or token ids), each step masked by `grammar` (which sees the
-    generated tokens only) and drawn by `decodelab.sampling.sampler.sample` with `params`; sample i has seed
-    `sample_seed(params.seed, i)`. The n samples share one batch and one prefill. Ends at EOS (the grammar allows it
+    generated tokens only) and drawn by `decodelab.sampling.sampler.sample` with `params`; sample i draws from a
+    stream of kind `rng` ("torch" or "counter", as `generate` takes it) seeded with `sample_seed(params.seed, i)`.
+    The n samples share one batch and one prefill. Ends at EOS (the grammar allows it
     only where the text is complete), at `max_tokens`, or when the model's context is full. A step where the grammar
     allows nothing raises ParamError (never a silent EOS).
 
@@ -120,10 +122,11 @@ def constrained_generate(model, tokenizer, prompt: str | list[int], params: Samp
     """
     ids = _check_request(model, tokenizer, prompt, params, grammar,
                          "constrained_generate(model, tokenizer, prompt, params, grammar)")
+    check_rng(rng)
     device = next(model.parameters()).device
     n, context = params.n, model_context(model)
     states = [grammar.start() for _ in range(n)]
-    generators = [make_generator(sample_seed(params.seed, i), device) for i in range(n)]
+    generators = [make_generator(sample_seed(params.seed, i), device, rng) for i in range(n)]
     generated: list[list[int]] = [[] for _ in range(n)]
     log_q, log_p = [0.0] * n, [0.0] * n
     allowed: list[list[int]] = [[] for _ in range(n)]

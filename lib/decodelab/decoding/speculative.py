@@ -38,7 +38,7 @@ import torch
 
 from decodelab.decoding.generate import model_step
 from decodelab.decoding.request import eos_token_ids, prompt_token_ids
-from decodelab.sampling.counter_rng import CounterRNG, categorical, uniform
+from decodelab.sampling.counter_rng import DEFAULT_RNG, CounterRNG, categorical, check_rng, uniform
 from decodelab.sampling.sampler import SamplingParams, make_generator, process_logits
 from decodelab.validation import check_int, check_model
 
@@ -256,19 +256,21 @@ def _check_inputs(target, params, draft, gamma: int, prompt_len: int) -> None:
 
 @torch.no_grad()
 def speculative_generate(target, tokenizer, prompt: str | list[int], params: SamplingParams, draft,
-                         gamma: int = 4) -> SpeculativeResult:
+                         gamma: int = 4, rng: str = DEFAULT_RNG) -> SpeculativeResult:
     """Generate for one prompt (a string or token ids) with the target `target`, speculating `gamma` >= 1 tokens a
-    round with `draft`. Stops as `generate` does: EOS (unless `ignore_eos`), a stop token, or `max_tokens`. With a
-    seed, the request's randomness (draft draws, acceptance tests, residual and bonus draws) comes from one generator.
+    round with `draft`. Stops as `generate` does: EOS (unless `ignore_eos`), a stop token, or `max_tokens`. The
+    request's randomness (draft draws, acceptance tests, residual and bonus draws) comes from one stream of kind
+    `rng` ("torch" or "counter", as `generate` takes it), seeded with `params.seed`.
 
     Taught in: chapters/07b-speculative-decoding.ipynb
     """
     vocab = check_model(target, "speculative_generate(target, tokenizer, prompt, params, draft)", "target")
     gamma = check_int(gamma, "gamma", 1)
+    check_rng(rng)
     context = prompt_token_ids(prompt, tokenizer, "prompt", vocab)
     _check_inputs(target, params, draft, gamma, len(context))
     device = next(target.parameters()).device
-    generator = make_generator(params.seed, device)
+    generator = make_generator(params.seed, device, rng)
     eos = set() if params.ignore_eos else eos_token_ids(target, tokenizer)
     stops = eos | set(params.stop_token_ids)
     cache, cached = None, []
