@@ -60,7 +60,8 @@ def test_frames_follow_constrained_generate(recorded, tiny, name):
     assert steps[-1]["log_q"] == pytest.approx(completion.log_q, abs=2e-3)
     assert steps[-1]["log_p"] == pytest.approx(completion.log_p, abs=2e-3)
     assert [frame["allowed"] for frame in steps] == list(completion.allowed)
-    assert [frame["kept"] for frame in steps] == pytest.approx(list(completion.kept_mass), rel=2e-3)
+    # 3 significant digits: a relative error up to 0.5 in the third digit, 5e-3 for a mantissa of 1.00
+    assert [frame["kept"] for frame in steps] == pytest.approx(list(completion.kept_mass), rel=5e-3)
     assert all(frame["eos"] == (frame["id"] == tokenizer.eos_token_id) for frame in steps)
     if completion.finish_reason == "length":
         assert len(steps) == CASES[name][1].max_tokens and not steps[-1]["eos"]

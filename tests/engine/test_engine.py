@@ -305,7 +305,7 @@ def test_the_quiet_finish_hint_ends_every_sample_where_the_rule_does(random_llam
                              stop_token_ids=list(range(10, 40)), n=2)]
 
     def run(quiet: bool):
-        engine = Engine(random_llama, block_size=4, num_blocks=70, max_num_seqs=6)   # few blocks: preemption
+        engine = Engine(random_llama, block_size=4, num_blocks=66, max_num_seqs=6)   # few blocks: preemption
         if not quiet:
             engine._quiet = lambda params, num_prompt_tokens: None
         out = engine.generate(prompts, params)

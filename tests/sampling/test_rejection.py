@@ -97,8 +97,8 @@ def test_seeded_rows_draw_the_same_alone_and_in_a_mixed_batch(sigma, top_p):
     vocab_size = 5000
     rows = torch.randn(2, vocab_size) * sigma
     mine = [SamplingParams(top_p=top_p, seed=3), SamplingParams(top_p=top_p, temperature=0.8, seed=4)]
-    alone = [make_generator(3), make_generator(4)]
-    together = [make_generator(3), make_generator(4)]
+    alone = [make_generator(3, rng="torch"), make_generator(4, rng="torch")]
+    together = [make_generator(3, rng="torch"), make_generator(4, rng="torch")]
     neighbours = [SamplingParams(top_p=0.5), SamplingParams(top_k=20, top_p=0.9, seed=8), SamplingParams(min_p=0.1),
                   SamplingParams(temperature=0.0), SamplingParams(top_p=0.3, seed=9)]
     first, second = [], []
@@ -106,7 +106,8 @@ def test_seeded_rows_draw_the_same_alone_and_in_a_mixed_batch(sigma, top_p):
         first += [int(sample(rows[:1], mine[:1], alone[:1])), int(sample(rows[1:], mine[1:], alone[1:]))]
         batch = torch.cat([torch.randn(3, vocab_size), rows[:1], torch.randn(2, vocab_size) * 0.3, rows[1:]])
         params = neighbours[:3] + mine[:1] + neighbours[3:] + mine[1:]
-        gens = [None, make_generator(8), None, together[0], None, make_generator(9), together[1]]
+        gens = [None, make_generator(8, rng="torch"), None, together[0], None, make_generator(9, rng="torch"),
+                together[1]]
         drawn = sample(batch, params, gens)
         second += [int(drawn[3]), int(drawn[6])]
     assert first == second
@@ -158,7 +159,8 @@ def test_tiny_vocabularies_float64_and_removed_tokens():
     logits = torch.randn(4, 300, dtype=torch.float64)
     logits[:, ::2] = float("-inf")  # removed beforehand: never drawn, even at top_p 1
     for _ in range(5):
-        tokens, pending = top_p_rejection(logits, [1.0, 0.9, 0.5, 0.99], [None, make_generator(1), None, None])
+        tokens, pending = top_p_rejection(logits, [1.0, 0.9, 0.5, 0.99],
+                                          [None, make_generator(1, rng="torch"), None, None])
         assert pending == [] and (tokens % 2 == 1).all()
 
 
@@ -193,9 +195,9 @@ def test_cuda_seeded_rows_and_nucleus():
     logits = (torch.randn(32, 32000) * 3).cuda()
     params = [SamplingParams(top_p=0.9, seed=i) for i in range(32)]
     kept = torch.isfinite(process_logits(logits, params, method="sort"))
-    tokens = sample(logits, params, [make_generator(i, "cuda") for i in range(32)])
+    tokens = sample(logits, params, [make_generator(i, "cuda", rng="torch") for i in range(32)])
     assert kept.gather(1, tokens.unsqueeze(1)).all()
-    alone = sample(logits[5:6], params[5:6], [make_generator(5, "cuda")])
+    alone = sample(logits[5:6], params[5:6], [make_generator(5, "cuda", rng="torch")])
     assert int(alone[0]) == int(tokens[5])
 
 
@@ -220,9 +222,10 @@ def test_rejection_can_use_the_callers_tensor_as_scratch():
     torch.manual_seed(19)
     logits = torch.randn(4, 1000) * 2
     kept = logits.clone()
-    copied, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i) for i in range(4)])
+    copied, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i, rng="torch") for i in range(4)])
     assert torch.equal(logits, kept), "without overwrite the input is left as it was"
-    scratch, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i) for i in range(4)], overwrite=True)
+    scratch, _ = top_p_rejection(logits, [0.9] * 4, [make_generator(i, rng="torch") for i in range(4)],
+                                 overwrite=True)
     assert torch.equal(copied, scratch)
 
 
@@ -238,8 +241,8 @@ def test_a_known_row_maximum_and_the_cache_blocks_change_no_draw(rows, vocab_siz
     top_p = [0.5 + 0.45 * i / rows for i in range(rows)]
 
     def draw(**kwargs):
-        return top_p_rejection(logits.clone(), top_p, [make_generator(i) for i in range(rows)], overwrite=True,
-                               **kwargs)
+        return top_p_rejection(logits.clone(), top_p, [make_generator(i, rng="torch") for i in range(rows)],
+                               overwrite=True, **kwargs)
 
     reference, pending = draw()
     assert pending == []
@@ -262,8 +265,8 @@ def test_the_fast_path_gets_the_tempered_row_maximum_from_the_chunk_maxima():
     group = RowGroup.dense(list(range(6)), logits, chunk_maxima(logits).amax(dim=1, keepdim=True))
     Temperature()(group, batch)
     assert torch.equal(group.row_max, group.logits.amax(dim=1, keepdim=True))
-    generators = [make_generator(i) for i in range(6)]
+    generators = [make_generator(i, rng="torch") for i in range(6)]
     with_max, _ = fast_paths.draw_by_rejection(logits, list(range(6)), batch, generators, chunk_maxima(logits))
-    generators = [make_generator(i) for i in range(6)]
+    generators = [make_generator(i, rng="torch") for i in range(6)]
     without, _ = fast_paths.draw_by_rejection(logits, list(range(6)), batch, generators, None)
     assert torch.equal(with_max, without)
