@@ -27,6 +27,12 @@ def test_serving_benchmark_smoke(tmp_path):
     table = run_benchmark("serving.py", out, "--repeats", "1")
     result = json.loads(out.read_text())
     assert result["model"] == "tiny-zh (shipped)" and result["quick"]
+    from decodelab.sampling.counter_rng import DEFAULT_RNG
+
+    # the torch and counter rows each name their kind of stream, whatever the default
+    assert result["default_rng"] == DEFAULT_RNG and result["engine_overhead"]["rng"] == "torch"
+    assert result["engine_overhead_counter"]["rng"] == "counter"
+    assert result["engine_overhead_unseeded"]["rng"] == "torch"
     assert "KV utilization, paged engine (block 16)" in table
     # machine-independent facts: utilization is a ratio of token counts, the outputs of the cached run are equal
     assert result["prefix_caching"]["same_outputs"] is True
