@@ -114,6 +114,7 @@ bench: venv
 	$(BIN)/python benchmarks/rng_ab.py
 	$(BIN)/python benchmarks/noise.py
 	$(BIN)/python benchmarks/cold_draw.py
+	$(BIN)/python benchmarks/draw_rounding.py
 	$(BIN)/python benchmarks/step_batch.py
 	$(BIN)/python benchmarks/attention.py
 	$(BIN)/python benchmarks/roofline.py

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow  # each runs a benchmark script in a subprocess
 
@@ -274,3 +275,47 @@ def test_profile_step_refuses_a_bad_step_count(tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "profile_step.py"), "--steps", "0",
                            "--out", str(tmp_path / "p.json")], capture_output=True, text=True)
     assert done.returncode == 2 and "--steps must be at least 1, got 0" in done.stderr
+
+
+def test_draw_rounding_benchmark_smoke(tmp_path):
+    out = tmp_path / "draw-rounding.json"
+    table = run_benchmark("draw_rounding.py", out)
+    result = json.loads(out.read_text())
+    meta = result["meta"]
+    assert meta["quick"] and (meta["docs"], meta["draws_per_row"]) == (2, 4) and meta["kernels"][0] == "DEFAULT"
+    assert "flips, per million" in table and [r["temperature"] for r in result["results"]] == [1.0, 2.0]
+    methods = ("inverse CDF, float64 softmax", "inverse CDF, float32 softmax", "exponential race")
+    for r in result["results"]:
+        for name in methods:
+            m = r[name]
+            assert m["draws"] == meta["positions"] * 4 and 0 <= m["flips"] <= m["draws"]
+            assert m["low_per_million"] <= m["per_million"] <= m["high_per_million"]
+        assert r["inverse_only"] <= r[methods[0]]["flips"] and r["race_only"] <= r[methods[2]]["flips"]
+
+
+def test_draw_rounding_counts_a_flip_where_a_boundary_moves_past_the_draw():
+    """The counting itself, on made-up rows: a draw flips when, and only when, the other logits put a different token
+    under the same random numbers."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("draw_rounding", BENCHMARKS / "draw_rounding.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    z = torch.zeros(1, 4)                                   # four tokens of 0.25: boundaries at 0.25, 0.5, 0.75, 1
+    nudged = torch.tensor([[0.01, 0.0, 0.0, 0.0]])          # token 0 a little likelier: the first boundary moves up
+    uniforms = torch.tensor([[0.2497, 0.3, 0.8]], dtype=torch.float64)  # targets 1 - u: 0.7503, 0.7, 0.2 of the total
+    before = module.inverse_cdf_tokens(z, uniforms, True)
+    after = module.inverse_cdf_tokens(nudged, uniforms, True)
+    assert before.tolist() == [[3, 2, 0]] and after.tolist() == [[2, 2, 0]]   # only the draw next to a boundary moves
+    assert not module.race_flips(z, z.clone(), 50).any()    # the same logits never flip
+    assert module.race_flips(z, torch.tensor([[30.0, 0.0, 0.0, 0.0]]), 50).any()   # very different ones do
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--docs", "0"], "--docs and --draws must be at least 1, got 0 and 512"),
+    (["--temperatures", "1", "0"], "--temperatures must be positive, got [1.0, 0.0]"),
+])
+def test_draw_rounding_refuses_bad_arguments(args, message):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "draw_rounding.py"), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and message in done.stderr

@@ -510,6 +510,7 @@ README_SOURCES: dict[str, list[str]] = {
                                        "benchmarks/results/cold-draw-3.json",
                                        *(f"benchmarks/results/engine-targets-drift-{run}.json" for run in "ab1234"),
                                        "benchmarks/results/prepare-before-forward-ab.json"],
+    "### Why the default streams stay": ["benchmarks/results/draw-rounding.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
