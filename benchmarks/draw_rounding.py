@@ -1,27 +1,29 @@
-"""How often a CPU's float rounding changes the token a seeded draw picks: the exponential race (`rng="torch"`) against
-the inverse CDF of one uniform (`rng="counter"`, and unseeded rows on the CPU), on the same logits and the same random
-numbers.
+"""How often a CPU's float rounding changes the token a seeded draw picks: the inverse CDF of one uniform
+(`rng="counter"`, and unseeded rows on the CPU) against the exponential race (`rng="torch"`), on the same logits.
 
 The model's logits are not the same bits on every CPU: torch picks vectorised kernels by the CPU's capability (AVX2,
 AVX-512, or the portable ones that `ATEN_CPU_CAPABILITY=default` forces), and they round differently. A seeded draw is a
 function of the logits and of its random numbers, so a stored sampled text holds on a reader's CPU only if that
 function does not move with the last bits. This measures how often it moves:
 
-1. two child processes, one with `ATEN_CPU_CAPABILITY=default` and one on the CPU's own kernels, compute tiny-zh-doc's
-   logits at every position of the same `--docs` documents of the toy language (one forward per document, one thread);
-2. at each temperature, every row is drawn `--draws` times from each process's logits, with the same random numbers
-   for both: the inverse CDF takes the first token whose cumulative probability (softmax in float64, then a float64
-   running sum) reaches 1 - u, u from the row's `CounterRNG`; the race takes `argmax(p / E)` with the float32 softmax
-   and `E ~ Exponential(1)` over the vocabulary from one seeded `torch.Generator` (as the sampler draws them). The
-   inverse CDF is also drawn from the float32 softmax (summed in float64), to see what computing it in float64 buys;
-3. a draw "flips" when the two processes' tokens differ. The report gives flips per million draws with Wilson's 95%
-   interval, and the paired count of draws where one method flips and the other does not.
+1. child processes compute tiny-zh-doc's logits at every position of the same `--docs` documents of the toy language
+   (one forward per document, one thread), one per kernel set: the portable kernels, AVX2's (when the CPU has AVX2 and
+   its own kernels are not already AVX2's: torch does not check the hardware when told `avx2`), and the CPU's own;
+2. at each temperature, every row is drawn `--draws` times from each set's logits, with the same random numbers for
+   every set. The inverse CDF as the library draws it (`counter_rng.inverse_cdf` on the float32 softmax, summed in
+   float64) takes the first token whose running sum reaches 1 - u, u from the row's `CounterRNG`; the same from a
+   float64 softmax, to see what that would buy; the race takes `argmax(p / E)` on the float32 softmax, with
+   `E ~ Exponential(1)` over the vocabulary from one seeded `torch.Generator`. The two methods use different random
+   numbers, so their flips are counted apart, not paired;
+3. for each pair of kernel sets, a draw "flips" when the two sets' tokens differ: flips per million draws with
+   Wilson's 95% interval (over the draws, for these documents), and the (row, draw) of each flip of the library's
+   inverse CDF.
 
     python benchmarks/draw_rounding.py [--docs 40] [--draws 512] [--temperatures 1.0 2.0] [--quick] [--out PATH]
 
-`--quick` (a smoke run): 2 documents, 4 draws per row. About 1.5 minutes at the defaults (3.4 million draws per
-method and temperature). Writes benchmarks/results/draw-rounding.json (draw-rounding-quick.json with `--quick`).
-Quoted in the README's "Why the default streams stay" section.
+`--quick` (a smoke run): 2 documents, 4 draws per row. The defaults draw 3.4 million times per method, temperature and
+kernel set (a few minutes; the JSON records the seconds). Writes benchmarks/results/draw-rounding.json
+(draw-rounding-quick.json with `--quick`). Quoted in the README's "Why the default streams stay" section.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -40,6 +43,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).parent / "results" / "draw-rounding.json"
 MODEL = "tiny-zh-doc"
+INVERSE = "inverse CDF, as the library draws"          # float32 softmax, float64 running sum
+INVERSE_64 = "inverse CDF from a float64 softmax"
+RACE = "exponential race"
+
+
+def wants_avx2() -> bool:
+    """Whether to run an AVX2 child: the CPU has AVX2 (torch would not check, and AVX2 code on a CPU without it dies of
+    an illegal instruction) and its own kernels are not AVX2's already."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx2" in flags and torch.backends.cpu.get_cpu_capability() != "AVX2"
 
 
 def child_logits(docs: int, out: Path) -> None:
@@ -70,24 +86,27 @@ def logits_on(capability: str | None, docs: int, folder: Path) -> dict:
 
 def inverse_cdf_tokens(z: torch.Tensor, uniforms: torch.Tensor, float64_softmax: bool) -> torch.Tensor:
     """The token the library's inverse CDF (`counter_rng.inverse_cdf`) picks in each row of `z` `[n, V]` for each of
-    its `uniforms` `[n, K]` (float64 in [0, 1)): `[n, K]`."""
+    its `uniforms` `[n, K]` (float64 in [0, 1)): `[n, K]`. The sampler hands it the float32 softmax
+    (`float64_softmax=False`)."""
     from decodelab.sampling.counter_rng import inverse_cdf
 
     probs = torch.softmax(z, dim=-1, dtype=torch.float64) if float64_softmax else torch.softmax(z, dim=-1)
     return torch.stack([inverse_cdf(probs, column) for column in uniforms.unbind(1)], dim=1)
 
 
-def race_flips(za: torch.Tensor, zb: torch.Tensor, draws: int, seed: int = 0) -> torch.Tensor:
-    """Whether `argmax(p / E)` differs between the rows of `za` and `zb` `[n, V]` for each of `draws` noise tensors
-    `E ~ Exponential(1)` `[n, V]` (one seeded generator; made one at a time, the same for both): bool `[n, draws]`."""
+def race_tokens(logits: dict[str, torch.Tensor], draws: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """`argmax(p / E)` of each row of every set's `[n, V]` logits for each of `draws` noise tensors
+    `E ~ Exponential(1)` `[n, V]` (one seeded generator, made one at a time, the same for every set): `[n, draws]`
+    each."""
     generator = torch.Generator().manual_seed(seed)
-    pa, pb = torch.softmax(za, dim=-1), torch.softmax(zb, dim=-1)
-    noise = torch.empty_like(pa)
-    flips = []
+    probs = {name: torch.softmax(z, dim=-1) for name, z in logits.items()}
+    noise = torch.empty_like(next(iter(probs.values())))
+    tokens = {name: [] for name in logits}
     for _ in range(draws):
         noise.exponential_(generator=generator)
-        flips.append((pa / noise).argmax(dim=-1) != (pb / noise).argmax(dim=-1))
-    return torch.stack(flips, dim=1)
+        for name, p in probs.items():
+            tokens[name].append((p / noise).argmax(dim=-1))
+    return {name: torch.stack(t, dim=1) for name, t in tokens.items()}
 
 
 def share(flips: int, draws: int) -> dict:
@@ -119,37 +138,46 @@ def main() -> None:
     from decodelab.sampling.counter_rng import CounterRNG, batch_uniforms
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
-        portable, native = (logits_on(c, args.docs, Path(folder)) for c in ("default", None))
-    a, b = portable["logits"], native["logits"]
-    rows, vocab = a.shape
-    differ = (a != b)
-    print(f"{rows} positions x {vocab} logits: {differ.float().mean():.1%} differ between the {portable['capability']}"
-          f" and {native['capability']} kernels, by at most {(a - b).abs().max():.2e}")
+        runs = [logits_on(c, args.docs, Path(folder)) for c in ("default", "avx2", None)
+                if c != "avx2" or wants_avx2()]
+    logits = {}
+    for run in runs:
+        logits.setdefault(run["capability"], run["logits"])   # the CPU's own kernels may be AVX2's: one set
+    names = list(logits)
+    pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
+    rows, vocab = logits[names[0]].shape
+    for x, y in pairs:
+        differ = logits[x] != logits[y]
+        print(f"{rows} positions x {vocab} logits: {differ.float().mean():.1%} differ between the {x} and {y} "
+              f"kernels, by at most {(logits[x] - logits[y]).abs().max():.2e}")
     streams = [CounterRNG(row) for row in range(rows)]
     # each row's next `--draws` uniforms, float64 [rows, K]
     uniforms = torch.stack([torch.from_numpy(batch_uniforms(streams)) for _ in range(args.draws)], dim=1)
     results = []
     for temperature in args.temperatures:
-        za, zb = a / temperature, b / temperature       # the sampler's temperature: one float32 division
-        flips = {name: inverse_cdf_tokens(za, uniforms, wide) != inverse_cdf_tokens(zb, uniforms, wide)
-                 for name, wide in (("inverse CDF, float64 softmax", True), ("inverse CDF, float32 softmax", False))}
-        flips["exponential race"] = race_flips(za, zb, args.draws)
-        one, race = flips["inverse CDF, float64 softmax"], flips["exponential race"]
-        row = {"temperature": temperature,
-               **{name: share(int(f.sum()), rows * args.draws) for name, f in flips.items()},
-               "inverse_only": int((one & ~race).sum()), "race_only": int((race & ~one).sum())}
-        results.append(row)
-        print(f"T = {temperature}: {rows * args.draws:,} draws per method; flips, per million [95%]: " + "; ".join(
-            f"{name} {row[name]['flips']}: {row[name]['per_million']:.1f} [{row[name]['low_per_million']:.1f}, "
-            f"{row[name]['high_per_million']:.1f}]" for name in flips)
-              + f"; only the inverse CDF {row['inverse_only']}, only the race {row['race_only']}")
+        z = {name: x / temperature for name, x in logits.items()}   # the sampler's temperature: one float32 division
+        tokens = {INVERSE: {name: inverse_cdf_tokens(x, uniforms, False) for name, x in z.items()},
+                  INVERSE_64: {name: inverse_cdf_tokens(x, uniforms, True) for name, x in z.items()},
+                  RACE: race_tokens(z, args.draws)}
+        for x, y in pairs:
+            flips = {method: by_set[x] != by_set[y] for method, by_set in tokens.items()}
+            row = {"temperature": temperature, "kernels": [x, y],
+                   **{method: share(int(f.sum()), rows * args.draws) for method, f in flips.items()},
+                   "inverse_cdf_flips_at": flips[INVERSE].nonzero().tolist()}
+            results.append(row)
+            print(f"T = {temperature}, {x} vs {y}: {rows * args.draws:,} draws per method; flips, per million [95%]: "
+                  + "; ".join(f"{method} {row[method]['flips']}: {row[method]['per_million']:.1f} "
+                              f"[{row[method]['low_per_million']:.1f}, {row[method]['high_per_million']:.1f}]"
+                              for method in flips))
     out = args.out or (RESULTS.with_name("draw-rounding-quick.json") if args.quick else RESULTS)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"started": started, "quick": args.quick, "model": MODEL, "docs": args.docs, "draws_per_row": args.draws,
-            "positions": rows, "vocab": vocab, "kernels": [portable["capability"], native["capability"]],
+    meta = {"started": started, "seconds": round(time.perf_counter() - began), "quick": args.quick, "model": MODEL,
+            "docs": args.docs, "draws_per_row": args.draws, "positions": rows, "vocab": vocab, "kernels": names,
             "torch": torch.__version__,
-            "logits_differing": float(differ.float().mean()), "max_abs_difference": float((a - b).abs().max())}
+            "logits_differing": {f"{x} vs {y}": float((logits[x] != logits[y]).float().mean()) for x, y in pairs},
+            "max_abs_difference": {f"{x} vs {y}": float((logits[x] - logits[y]).abs().max()) for x, y in pairs}}
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     print(f"wrote {out}")
 
