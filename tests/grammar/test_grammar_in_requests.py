@@ -27,6 +27,11 @@ def test_engine_and_generate_draw_what_constrained_generate_draws(tiny, city, te
     [from_engine] = Engine(model, tokenizer, rng=rng).generate(["今天，"], params)
     [from_generate] = generate(model, tokenizer, "今天，", params, rng=rng)
     assert from_engine.token_ids == from_generate.token_ids == expected.token_ids
+    if temperature > 0:   # the kind of stream reaches the draw: the other kind picks another of the six sentences here
+        other = {"torch": "counter", "counter": "torch"}[rng]
+        [theirs] = constrained_generate(model, tokenizer, "今天，", SamplingParams(temperature=temperature, seed=3,
+                                                                                    max_tokens=30), city, rng=other)
+        assert theirs.token_ids != expected.token_ids
     assert city.accepts(from_engine.token_ids) and from_engine.finish_reason == "stop"
 
 

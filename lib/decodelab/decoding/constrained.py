@@ -114,9 +114,9 @@ def constrained_generate(model, tokenizer, prompt: str | list[int], params: Samp
     """`params.n` samples for `prompt` (a string or token ids), each step masked by `grammar` (which sees the
     generated tokens only) and drawn by `decodelab.sampling.sampler.sample` with `params`; sample i draws from a
     stream of kind `rng` ("torch" or "counter", as `generate` takes it) seeded with `sample_seed(params.seed, i)`.
-    The n samples share one batch and one prefill. Ends at EOS (the grammar allows it
-    only where the text is complete), at `max_tokens`, or when the model's context is full. A step where the grammar
-    allows nothing raises ParamError (never a silent EOS).
+    The n samples share one batch and one prefill. Ends at EOS (the grammar allows it only where the text is complete),
+    at `max_tokens`, or when the model's context is full. A step where the grammar allows nothing raises ParamError
+    (never a silent EOS).
 
     Taught in: chapters/07d-constrained-decoding.ipynb
     """

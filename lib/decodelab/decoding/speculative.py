@@ -260,7 +260,8 @@ def speculative_generate(target, tokenizer, prompt: str | list[int], params: Sam
     """Generate for one prompt (a string or token ids) with the target `target`, speculating `gamma` >= 1 tokens a
     round with `draft`. Stops as `generate` does: EOS (unless `ignore_eos`), a stop token, or `max_tokens`. The
     request's randomness (draft draws, acceptance tests, residual and bonus draws) comes from one stream of kind
-    `rng` ("torch" or "counter", as `generate` takes it), seeded with `params.seed`.
+    `rng` ("torch" or "counter", as `generate` takes it), seeded with `params.seed` (`make_generator`: an unseeded
+    request with `rng="torch"` draws from torch's global RNG).
 
     Taught in: chapters/07b-speculative-decoding.ipynb
     """

@@ -35,9 +35,10 @@ from decodelab.validation import check_int
 RNGS = ("torch", "counter")
 # The stream every entry point takes when it is not told (`make_generator`, `generate`, `Engine`,
 # `speculative_generate`, `constrained_generate`, the server): a torch.Generator per seeded sample. Every stored output
-# of the book and of chapters/data is made of its streams, and its draw (the race, `argmax(p / E)`) moves with a CPU's
-# rounding of the logits far less often than the inverse CDF does, so stored sampled texts hold on readers' CPUs
-# (README, "Why the default streams stay", measured by benchmarks/draw_rounding.py).
+# of the book and of chapters/data is made of its streams, so changing it means re-running those scripts and
+# re-executing every notebook; and its draw (the race, `argmax(p / E)`) moves with a CPU's rounding of the logits far
+# more rarely than the inverse CDF's, so stored sampled texts rarely change on a reader's CPU (README, "Why the default
+# streams stay", measured by benchmarks/draw_rounding.py).
 DEFAULT_RNG = "torch"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
