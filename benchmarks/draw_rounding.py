@@ -39,8 +39,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 RESULTS = Path(__file__).parent / "results" / "draw-rounding.json"
 MODEL = "tiny-zh-doc"
 INVERSE = "inverse CDF, as the library draws"          # float32 softmax, float64 running sum

@@ -237,9 +237,10 @@ def test_bookkeeping_benchmark_refuses_a_folder_that_is_not_nano_vllm(tmp_path):
     assert "--nano-vllm must point at a nano-vllm checkout (with nanovllm/engine/scheduler.py)" in done.stderr
 
 
-def load_module():
+def load_module(name: str = "load"):
+    """benchmarks/`name`.py as a module, to test its functions in this process."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("load_benchmark", BENCHMARKS / "load.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -300,11 +301,7 @@ def test_draw_rounding_benchmark_smoke(tmp_path):
 def test_draw_rounding_counts_a_flip_where_a_boundary_moves_past_the_draw():
     """The counting itself, on made-up rows: a draw flips when, and only when, the other logits put a different token
     under the same random numbers."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("draw_rounding", BENCHMARKS / "draw_rounding.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module("draw_rounding")
     z = torch.zeros(1, 4)                                   # four tokens of 0.25: boundaries at 0.25, 0.5, 0.75, 1
     nudged = torch.tensor([[0.01, 0.0, 0.0, 0.0]])          # token 0 a little likelier: the first boundary moves up
     uniforms = torch.tensor([[0.2497, 0.3, 0.8]], dtype=torch.float64)  # targets 1 - u: 0.7503, 0.7, 0.2 of the total
