@@ -119,6 +119,7 @@ bench: venv
 	$(BIN)/python benchmarks/serving.py
 	$(BIN)/python benchmarks/rng_ab.py
 	$(BIN)/python benchmarks/noise.py
+	$(BIN)/python benchmarks/seeded_noise.py
 	$(BIN)/python benchmarks/cold_draw.py
 	$(BIN)/python benchmarks/draw_rounding.py
 	$(BIN)/python benchmarks/step_batch.py
