@@ -511,6 +511,8 @@ README_SOURCES: dict[str, list[str]] = {
                                        *(f"benchmarks/results/engine-targets-drift-{run}.json" for run in "ab1234"),
                                        "benchmarks/results/prepare-before-forward-ab.json"],
     "### Why the default streams stay": ["benchmarks/results/draw-rounding.json"],
+    "### Seeded noise by uniforms": ["benchmarks/results/seeded-noise.json", "benchmarks/results/seeded-noise-ab.json",
+                                     "benchmarks/results/engine-targets-seeded-noise.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
