@@ -23,11 +23,13 @@ Taught in: chapters/07-paged-attention.ipynb
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import importlib.util
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import types
@@ -42,6 +44,9 @@ from decodelab.engine.scheduler import Drawn, Scheduler
 from decodelab.kv.blocks import BlockTable
 from decodelab.kv.layout import PagedLayout
 from decodelab.sampling import SamplingParams
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
+import provenance  # noqa: E402  (scripts/provenance.py: where a figure came from)
 
 RESULTS = Path(__file__).parent / "results" / "bookkeeping.json"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -159,6 +164,20 @@ def median_of(repeats: int, fn) -> float:
     return statistics.median(values)
 
 
+def library_commit() -> str | None:
+    """The library commit the run used (`scripts/provenance.py`'s); None outside a git checkout."""
+    try:
+        return provenance.library_commit()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def source_commit(path: Path) -> str | None:
+    """The commit of the nano-vllm checkout at `path`; None when it is not a git checkout."""
+    found = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 8 and 32, 32 decode steps, 2 repeats")
@@ -171,6 +190,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     torch.set_num_threads(1)
     sizes, prompt_len, decode_steps, block_size = ([8, 32], 64, 32, 16) if args.quick else ([8, 32, 128], 64, 128, 16)
     repeats = min(args.repeats, 2) if args.quick else args.repeats
@@ -198,7 +218,9 @@ def main() -> None:
                           f"{decode_steps} tokens each, blocks of {block_size}, median of {repeats} (CPU, one thread, "
                           f"{args.clock} clock)")
     print(table)
-    result = {"command": "python benchmarks/bookkeeping.py" + (" --quick" if args.quick else "")
+    result = {"date": started, "library_commit": library_commit(),
+              "nano_vllm_commit": source_commit(args.nano_vllm) if nano else None,
+              "command": "python benchmarks/bookkeeping.py" + (" --quick" if args.quick else "")
               + (" --nano-vllm PATH" if nano else "") + (" --clock cpu" if args.clock == "cpu" else ""), "quick": args.quick, "repeats": repeats,
               "prompt_tokens": prompt_len, "decode_steps": decode_steps, "block_size": block_size,
               "machine": platform.processor() or platform.machine(), "python": platform.python_version(),

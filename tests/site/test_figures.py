@@ -472,7 +472,8 @@ README = ROOT / "README.md"
 README_SOURCES: dict[str, list[str]] = {
     "### Sampling": ["benchmarks/results/sampling-quick.json", "benchmarks/results/gpu/sampling.json"],
     "### Bookkeeping": ["benchmarks/results/bookkeeping-ab-cpu.json", "benchmarks/results/engine-overhead-ab.json",
-                        "benchmarks/results/bookkeeping-ab-wall.json", "benchmarks/results/bookkeeping-ab.json"],
+                        "benchmarks/results/bookkeeping-ab-wall.json", "benchmarks/results/bookkeeping-ab.json",
+                        *(f"benchmarks/results/bookkeeping-recheck-{run}.json" for run in (1, 2, 3))],
     "### Serving (": ["benchmarks/results/serving.json", "benchmarks/results/gpu/serving.json"],
     "### Paged decode attention": ["benchmarks/results/gpu/attention.json"],
     "### Roofline": ["chapters/data/06-roofline.json", "chapters/06-prefill-decode-kv-cache.ipynb",
