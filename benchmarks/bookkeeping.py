@@ -174,7 +174,10 @@ def library_commit() -> str | None:
 
 def source_commit(path: Path) -> str | None:
     """The commit of the nano-vllm checkout at `path`; None when it is not a git checkout."""
-    found = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    try:
+        found = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:                                   # no git: the run's figures are kept all the same
+        return None
     return found.stdout.strip() if found.returncode == 0 else None
 
 

@@ -33,6 +33,9 @@ def test_seeded_noise_benchmark_smoke(tmp_path):
     assert [(r["vocab"], r["rows"]) for r in result["rows"]] == [(473, 1), (473, 4), (2000, 1), (2000, 4)]
     assert all(r["entries_differing"] == 0 and r["entries_compared"] > 0 for r in result["rows"])
     assert isinstance(result["meta"]["rule_took_the_slower_way"], list)
+    bits = result["meta"]["log1p_last_bit"]           # each log1p within 1 ulp of the exact value: 2 apart at most
+    assert bits["entries"] == 100_000 and 0.0 <= bits["share_differing"] < 0.5 and bits["max_ulps"] <= 2
+    assert all(1 <= r["calls_per_pass"] <= 5 for r in result["rows"])
 
 
 @pytest.mark.parametrize("args, message", [(["--rows", "0"], "--rows"), (["--vocab", "1"], "--vocab"),

@@ -32,7 +32,7 @@ import torch
 from decodelab.sampling.counter_rng import (DEFAULT_RNG, CounterRNG, check_rng, _cdf, _draw_columns, _search,
                                             random_seed, rests)
 from decodelab.sampling.ops import fast_paths
-from decodelab.sampling.ops.exponential import MIN_ENTRIES, exponential_noise
+from decodelab.sampling.ops.exponential import MIN_ENTRIES, exponential_noise, same_as_exponential
 from decodelab.sampling.params import SamplingParams, is_int
 from decodelab.sampling.penalties import add_logit_bias, apply_penalties
 from decodelab.sampling.processors import RowGroup, Temperature, apply_processors, used_processors
@@ -379,9 +379,10 @@ def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | N
     """Exponential(1) noise shaped like `probs` `[n, K]`; a seeded row draws only its own `widths[j]` columns from its
     generator, so the draw does not depend on the other rows of the block. For seeded float32 rows on the CPU that
     draw `MIN_ENTRIES` entries or more, each row's uniforms and one batched logarithm
-    (`decodelab.sampling.ops.exponential`): the numbers `exponential_` gives, in 0.4-0.6 of its time."""
+    (`decodelab.sampling.ops.exponential`): the numbers `exponential_` gives, in about 0.4 to 0.9 of its time where taken
+    (`benchmarks/seeded_noise.py`)."""
     if (probs.dtype == torch.float32 and probs.device.type == "cpu" and None not in generators
-            and sum(widths) >= MIN_ENTRIES):     # (generators compare by identity: one C loop)
+            and sum(widths) >= MIN_ENTRIES and same_as_exponential()):   # (generators compare by identity)
         return exponential_noise(generators, widths, tuple(probs.shape)).clamp_min_(torch.finfo(probs.dtype).tiny)
     noise = torch.empty_like(probs)
     if any(g is None for g in generators):
