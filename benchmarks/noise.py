@@ -81,21 +81,34 @@ def measure(vocab: int, rows: int, repeats: int, calls: int, device: torch.devic
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+def sweep_parser(description: str, rows: list[int], out: Path) -> argparse.ArgumentParser:
+    """The arguments of a sweep over vocabulary sizes and rows per draw, timed in passes of calls (this benchmark's
+    and benchmarks/seeded_noise.py's)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--vocab", type=int, nargs="+", default=[473, 32000, 151936], help="vocabulary sizes")
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 32], help="rows per draw")
+    parser.add_argument("--rows", type=int, nargs="+", default=rows, help="rows per draw")
     parser.add_argument("--repeats", type=int, default=7, help="timed passes per way (the median is kept)")
     parser.add_argument("--calls", type=int, default=200, help="draws per pass")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small vocabularies, one short pass")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=out)
+    return parser
+
+
+def parse_sweep(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """`parser`'s arguments, `--quick` applied and the sizes checked (a bad one exits with a usage error)."""
     args = parser.parse_args()
     if args.quick:
         args.vocab, args.repeats, args.calls = [473, 2000], 1, 5
     if min(args.vocab) < 2 or min(args.rows) < 1 or args.repeats < 1 or args.calls < 1:
         parser.error(f"--vocab must be >= 2 and --rows, --repeats, --calls >= 1, got {args.vocab}, {args.rows}, "
                      f"{args.repeats} and {args.calls}")
+    return args
+
+
+def main() -> None:
+    parser = sweep_parser(__doc__.split("\n")[0], rows=[1, 32], out=RESULTS)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parse_sweep(parser)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA GPU: torch.cuda.is_available() is False")
     device = torch.device(args.device)

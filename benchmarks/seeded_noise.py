@@ -23,17 +23,16 @@ Writes benchmarks/results/seeded-noise.json. Quoted in the README's "Seeded nois
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from decodelab.sampling.ops.exponential import MIN_ENTRIES, exponential_noise
+from noise import parse_sweep, per_call_us, sweep_parser  # benchmarks/noise.py: the same sweep, timed the same way
 
 RESULTS = Path(__file__).parent / "results" / "seeded-noise.json"
 
@@ -44,13 +43,6 @@ def row_by_row(generators: list[torch.Generator], vocab: int) -> torch.Tensor:
     for row, g in zip(noise.unbind(0), generators):
         row.exponential_(generator=g)
     return noise
-
-
-def per_call_us(call, calls: int) -> float:
-    begin = time.perf_counter()
-    for _ in range(calls):
-        call()
-    return (time.perf_counter() - begin) / calls * 1e6
 
 
 def measure(vocab: int, rows: int, repeats: int, calls: int) -> dict:
@@ -64,7 +56,7 @@ def measure(vocab: int, rows: int, repeats: int, calls: int) -> dict:
     for _ in range(repeats + 1):                        # the first pass warms up and is not kept
         differing += int((ways["exponential"]() != ways["batched"]()).sum())
         for way, call in ways.items():
-            times[way].append(per_call_us(call, calls))
+            times[way].append(per_call_us(call, calls, torch.device("cpu")))
     row = {"vocab": vocab, "rows": rows, "calls_per_pass": calls,
            **{f"{way}_us": statistics.median(t[1:]) for way, t in times.items()},
            "entries_compared": (repeats + 1) * rows * vocab, "entries_differing": differing}
@@ -84,19 +76,7 @@ def last_bit_differences(entries: int = 1_000_000) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vocab", type=int, nargs="+", default=[473, 32000, 151936], help="vocabulary sizes")
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 4, 8, 14, 32], help="seeded rows per draw")
-    parser.add_argument("--repeats", type=int, default=7, help="timed passes per way (the median is kept)")
-    parser.add_argument("--calls", type=int, default=200, help="draws per pass")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: small vocabularies, one short pass")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.quick:
-        args.vocab, args.repeats, args.calls = [473, 2000], 1, 5
-    if min(args.vocab) < 2 or min(args.rows) < 1 or args.repeats < 1 or args.calls < 1:
-        parser.error(f"--vocab must be >= 2 and --rows, --repeats, --calls >= 1, got {args.vocab}, {args.rows}, "
-                     f"{args.repeats} and {args.calls}")
+    args = parse_sweep(sweep_parser(__doc__.split("\n")[0], rows=[1, 2, 3, 4, 8, 14, 32], out=RESULTS))
     torch.set_num_threads(1)
     results = []
     print(f"{'V':>7} {'rows':>4} {'exponential_':>13} {'batched':>10} {'ratio':>6} {'differing':>9}")
