@@ -45,8 +45,8 @@ from decodelab.kv.blocks import BlockTable
 from decodelab.kv.layout import PagedLayout
 from decodelab.sampling import SamplingParams
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
-import provenance  # noqa: E402  (scripts/provenance.py: where a figure came from)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving import library_commit  # noqa: E402  (benchmarks/serving.py: the library commit a run used)
 
 RESULTS = Path(__file__).parent / "results" / "bookkeeping.json"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -162,14 +162,6 @@ def median_of(repeats: int, fn) -> float:
         gc.collect()
         values.append(fn())
     return statistics.median(values)
-
-
-def library_commit() -> str | None:
-    """The library commit the run used (`scripts/provenance.py`'s); None outside a git checkout."""
-    try:
-        return provenance.library_commit()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def source_commit(path: Path) -> str | None:
