@@ -105,8 +105,7 @@ def run_engine(model, requests, batch: int, block_size: int = 16, attention: str
             "preemptions": engine.stats.preemptions}
 
 
-def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = DEFAULT_RNG,
-                 noise_ahead: bool | None = None) -> dict:
+def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = DEFAULT_RNG) -> dict:
     """The engine's own cost: wall time of a whole run against the time inside the model's forward, on the same
     requests with temperature-1 sampling, seeded (each request its own generator, as a server runs a request that
     sets `seed`) or not (torch's global RNG: on the CPU one uniform per row and the inverse CDF; off it one noise
@@ -114,12 +113,10 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = DE
     scheduling, building the step's batch, sampling (with its draw's noise or uniforms, cdf and search on their own),
     postprocessing (`Scheduler.update_from_output`), and the engine's cost per step in microseconds. nano-vllm
     reaches about 1.1x on a GPU. `rng="counter"` gives every request a counter-based stream (one hashed uniform
-    per row, inverse CDF; `decodelab.sampling.counter_rng`), and "sample: noise" is then that draw. `noise_ahead`
-    is `Engine`'s (None: the engine decides; the result records what it did): seeded rows' noise drawn on a worker
-    thread during the forward, where "sample: noise" is then the main thread's copy of it."""
+    per row, inverse CDF; `decodelab.sampling.counter_rng`), and "sample: noise" is then that draw."""
     from decodelab.sampling import sampler as sampling
 
-    engine = Engine(model, block_size=16, max_num_seqs=batch, rng=rng, noise_ahead=noise_ahead)
+    engine = Engine(model, block_size=16, max_num_seqs=batch, rng=rng)
     spent = {"forward": 0.0, "schedule": 0.0, "execute (batch + forward)": 0.0, "sample": 0.0, "sample: noise": 0.0,
              "postprocess": 0.0}
     patched = []
@@ -169,8 +166,7 @@ def run_overhead(model, requests, batch: int, seeded: bool = True, rng: str = DE
             setattr(owner, name, call)
     share = {label: value / seconds for label, value in spent.items()}
     steps = engine.stats.steps
-    return {"seconds": seconds, "steps": steps, "seeded": seeded, "rng": rng, "noise_ahead": engine.noise_ahead,
-            "rows_per_step": drawn / steps,
+    return {"seconds": seconds, "steps": steps, "seeded": seeded, "rng": rng, "rows_per_step": drawn / steps,
             "wall_over_forward": seconds / spent["forward"],
             "shares": share, "overhead_us_per_step": 1e6 * (seconds - spent["forward"]) / steps,
             "forward_us_per_step": 1e6 * spent["forward"] / steps,

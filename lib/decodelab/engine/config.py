@@ -54,7 +54,6 @@ class EngineConfig:
     reserve: str = "max_tokens"
     speculative: SpeculativeConfig | None = None
     rng: str = DEFAULT_RNG
-    noise_ahead: bool | None = None
 
     def __post_init__(self) -> None:
         block_size = check_int(self.block_size, "block_size")
@@ -84,11 +83,6 @@ class EngineConfig:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS} and reserve one of {RESERVATIONS}, "
                              f"got {self.kv_layout!r} and {self.reserve!r}")
         check_rng(self.rng)
-        if self.noise_ahead is not None and not isinstance(self.noise_ahead, bool):
-            raise TypeError(f"noise_ahead must be None (decide by the device), True or False, got {self.noise_ahead!r}")
-        if self.noise_ahead and self.speculative is not None:
-            raise ValueError("noise_ahead=True needs an engine without speculative decoding (its drafts draw from "
-                             "the same streams before the forward)")
         if self.speculative is not None and self.kv_layout != "paged":
             raise ValueError(f"speculative decoding needs kv_layout='paged' (rejected drafts give back blocks), "
                              f"got {self.kv_layout!r}")

@@ -9,10 +9,6 @@ For a plan's samples, in order (vLLM's `v1/sample/sampler.py` lists its steps th
 
 A speculative round draws by `Speculator.verify` instead and takes only step 4 from here.
 
-A drawer made with `vocab_size` draws its seeded rows' Exponential noise ahead: `draw_ahead(plan)`, called just before
-the forward, starts it on a worker thread (`decodelab.engine.noise_ahead`), and `draw` waits for it; the tokens are the
-same either way.
-
     drawer = TokenDrawer(device)
     drawn = drawer.draw(plan, logits)            # Drawn: per sample [token], [logprob or None]
 
@@ -25,57 +21,26 @@ from collections.abc import Collection, Sequence
 import torch
 
 from decodelab.decoding.request import TokenLogprob
-from decodelab.engine.noise_ahead import NoiseJob
 from decodelab.engine.scheduler import Drawn, Schedule
 from decodelab.engine.sequence import SequenceState
 from decodelab.grammar.base import mask_logits
-from decodelab.sampling.sampler import SamplingBatch, exponential_rows, sample
+from decodelab.sampling.sampler import SamplingBatch, sample
 from decodelab.sampling.truncation import take_rows
-from decodelab.validation import check_int
 
 
 class TokenDrawer:
     """Samples a plan's tokens on `device`, keeping the rows' `SamplingBatch` while the same sequences draw."""
 
-    def __init__(self, device: torch.device, eos_token_ids: Collection[int] = (), vocab_size: int | None = None) -> None:
-        """`vocab_size` (the logits' width), on a CPU: draw seeded rows' noise ahead (`draw_ahead`); None: never."""
+    def __init__(self, device: torch.device, eos_token_ids: Collection[int] = ()) -> None:
         self.device = device
         self.eos_token_ids = frozenset(eos_token_ids)          # masked with stop_token_ids until min_tokens
-        if vocab_size is not None:
-            check_int(vocab_size, "vocab_size")
-            if torch.device(device).type != "cpu":
-                raise ValueError(f"drawing noise ahead is for a CPU drawer, got device {device}")
-        self.vocab_size = vocab_size
         # the sequences of the cached batch, in order (held until the next draw, or `forget`)
         self._sampling_key: tuple[SequenceState, ...] | None = None
         self._sampling: SamplingBatch | None = None
         self._generators: tuple = ()                         # their streams, in the same order
-        self._ahead_rows: tuple[int, ...] = ()               # the batch's rows whose noise can be drawn ahead
-        self._job: NoiseJob | None = None                    # noise being drawn for the next draw
-
-    def draw_ahead(self, plan: Schedule) -> None:
-        """Start drawing the Exponential noise of `plan`'s seeded dense rows (`exponential_rows`) that hold none, on
-        the worker thread; the next `draw` (or `forget`) waits for it. Call it just before the forward."""
-        if self.vocab_size is None:
-            raise RuntimeError("this TokenDrawer draws no noise ahead: make it with vocab_size")
-        self._wait_ahead()                  # a job a failed step left: its generators are the worker's until done
-        if not plan.samples:                # a prefill chunk that ends no prompt draws nothing
-            return
-        seqs = tuple(seq for _, seq in plan.samples)
-        self._sampling_batch(seqs)
-        todo = [seqs[i] for i in self._ahead_rows if seqs[i].noise is None]
-        if todo:
-            self._job = NoiseJob.start(todo, self.vocab_size)
-
-    def _wait_ahead(self) -> None:
-        job, self._job = self._job, None
-        if job is not None:
-            job.wait()
 
     def draw(self, plan: Schedule, logits: torch.Tensor) -> Drawn:
         """One token per sample of `plan` from `logits` `[len(plan.scheduled), V]` (one row per scheduled sequence)."""
-        if self._job is not None:
-            self._wait_ahead()
         rows, seqs = zip(*plan.samples)                                        # one pass, two tuples
         row_logits = take_rows(logits, rows)                                   # [len(seqs), V]
         batch = self._sampling_batch(seqs)
@@ -94,29 +59,18 @@ class TokenDrawer:
 
     def _sample(self, logits: torch.Tensor, seqs: list[SequenceState], batch: SamplingBatch) -> list[int]:
         generators = self._generators         # `batch`'s streams: both callers take it from `_sampling_batch`
-        noise = None
-        if self._ahead_rows:                  # noise drawn ahead, used once the draw has succeeded
-            noise = [s.noise for s in seqs]
-            if all(row is None for row in noise):     # by identity (`count(None)` would ask each tensor `== None`)
-                noise = None
         if not batch.needs_output_tokens:
-            tokens = sample(logits, batch, generators, eos_token_ids=self.eos_token_ids, noise=noise).tolist()
-        else:
-            # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s; min_tokens and
-            # bad words read the output too (decodelab.sampling.constraints)
-            tokens = sample(logits, batch, generators, [s.output_token_ids for s in seqs],
-                            prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs],
-                            eos_token_ids=self.eos_token_ids, noise=noise).tolist()
-        if noise is not None:
-            for seq in seqs:
-                seq.noise = None
-        return tokens
+            return sample(logits, batch, generators, eos_token_ids=self.eos_token_ids).tolist()
+        # what each penalty sees is decodelab.sampling.penalties' rule, the same as generate()'s; min_tokens and
+        # bad words read the output too (decodelab.sampling.constraints)
+        return sample(logits, batch, generators, [s.output_token_ids for s in seqs],
+                      prompt_tokens=[s.token_ids[:s.num_prompt_tokens] for s in seqs],
+                      eos_token_ids=self.eos_token_ids).tolist()
 
     def forget(self) -> None:
         """Drop the cached batch, its sequences and their streams (the engine calls it when nothing is running, so
-        finished sequences are not kept alive by the cache), once noise being drawn is done."""
-        self._wait_ahead()
-        self._sampling_key, self._sampling, self._generators, self._ahead_rows = None, None, (), ()
+        finished sequences are not kept alive by the cache)."""
+        self._sampling_key, self._sampling, self._generators = None, None, ()
 
     def _sampling_batch(self, seqs: Sequence[SequenceState]) -> SamplingBatch:
         """The rows' parameters as tensors, and their streams, rebuilt only when the sequences drawing this step
@@ -125,8 +79,6 @@ class TokenDrawer:
         if self._sampling_key != key:
             self._sampling_key, self._sampling = key, SamplingBatch([s.params for s in seqs], self.device)
             self._generators = tuple(s.generator for s in seqs)   # a tuple: the sampler checks it once
-            self._ahead_rows = (() if self.vocab_size is None
-                                else exponential_rows(self._sampling, self._generators))
         return self._sampling
 
     @staticmethod

@@ -45,7 +45,6 @@ from decodelab.decoding.request import (Completion, check_vocabulary_ids, eos_to
                                         prompt_token_ids, quiet_finish, text_decoder, with_bad_word_ids)
 from decodelab.engine.config import EngineConfig, kv_memory_limit
 from decodelab.engine.draw import TokenDrawer
-from decodelab.engine.noise_ahead import available as noise_ahead_available, spare_core
 from decodelab.engine.outputs import EngineStats, SequenceView, StepKind, StepOutput, TokenEvent
 from decodelab.engine.scheduler import Drawn, Schedule, Scheduler, StepUpdate
 from decodelab.engine.sequence import SequenceState
@@ -86,9 +85,6 @@ class Engine:
     rng: "torch" (a torch.Generator per seeded sample, Exponential noise over the vocabulary; the book's streams) or
     "counter" (every sample a `CounterRNG`, one hashed uniform per token by the inverse CDF, drawn for the whole
     batch in one call; the same distributions, other tokens for the same seed; `decodelab.sampling.counter_rng`).
-    noise_ahead: draw seeded rows' Exponential noise on a worker thread during the forward
-    (`decodelab.engine.noise_ahead`; the same tokens). None: on a CPU with rng="torch", without speculation, when
-    the process has a core that torch's threads leave free (`noise_ahead.spare_core`). True asks for it on a CPU.
     Taught in: chapters/07-paged-attention.ipynb
     """
 
@@ -96,7 +92,7 @@ class Engine:
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention: str = "torch", kv_layout: str = "paged",
                  reserve: str = "max_tokens", speculative: SpeculativeConfig | None = None,
-                 rng: str = DEFAULT_RNG, noise_ahead: bool | None = None) -> None:
+                 rng: str = DEFAULT_RNG) -> None:
         check_model(model, "Engine(model, tokenizer, ...)")         # None, or the arguments swapped
         self.runner = PagedLlama(model, attention)                 # checks `attention`
         self.speculator = make_speculator(speculative, self.runner)  # checks `speculative` against the target
@@ -108,7 +104,7 @@ class Engine:
             kv_memory_limit=kv_memory_limit(self.runner.device), block_size=block_size, num_blocks=num_blocks,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             enable_prefix_caching=enable_prefix_caching, kv_layout=kv_layout, reserve=reserve, speculative=speculative,
-            rng=rng, noise_ahead=noise_ahead)
+            rng=rng)
         config = self.config
         self.layout = make_layout(config.kv_layout, config.num_blocks, config.block_size, self.max_model_len,
                                   config.enable_prefix_caching, config.reserve)
@@ -117,17 +113,7 @@ class Engine:
         self.scheduler = Scheduler(self.layout, config.max_num_seqs, config.max_num_batched_tokens,
                                    self._finish_reason, self.speculator.lookahead)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
-        on_cpu = self.runner.device.type == "cpu"
-        if config.noise_ahead and not (on_cpu and noise_ahead_available()):
-            raise ValueError(f"noise_ahead=True draws noise on a CPU thread by a TorchScript task; the model is on "
-                             f"{self.runner.device}, TorchScript {'can' if noise_ahead_available() else 'cannot'} "
-                             f"compile it here")
-        self.noise_ahead = (config.noise_ahead if config.noise_ahead is not None else
-                            on_cpu and config.rng == "torch" and speculative is None and spare_core()
-                            and noise_ahead_available())
-        logits_width = self.runner.lm_head.weight.shape[0]
-        self.drawer = TokenDrawer(self.runner.device, self.eos_token_ids,   # EOS: masked until min_tokens
-                                  logits_width if self.noise_ahead else None)
+        self.drawer = TokenDrawer(self.runner.device, self.eos_token_ids)   # EOS: masked until min_tokens
         self._decode = text_decoder(tokenizer)
         self._request_ids = itertools.count()
         self._steps = self._prefill_tokens = self._decode_tokens = 0
@@ -257,8 +243,6 @@ class Engine:
         drafts = self.speculator.propose(plan, self.drawer)   # per scheduled sequence: drafts into the held slots
         wanted = ([i for i, sched in enumerate(plan.scheduled) if sched.seq.wants_prompt_logprobs]
                   if plan.kind is StepKind.PREFILL else [])
-        if self.noise_ahead:
-            self.drawer.draw_ahead(plan)              # seeded rows' noise, on a worker thread during the forward
         if wanted:   # the same one forward also gives the prompts' logits (prompt_logprobs, echo)
             logits, prompt_logits = self.runner.execute_with_prompt_logits(plan, self.kv_cache, wanted)
         else:

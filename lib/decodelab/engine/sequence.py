@@ -54,8 +54,6 @@ class SequenceState:
     # (the tokens that may end it, the length that ends it) when its finish rule is that simple (no stop strings):
     # below that length any other token leaves it running, so the scheduler need not ask the rule; None: always ask
     quiet: tuple[frozenset[int], int] | None = None
-    # Exponential(1) noise its generator already gave for its next draw (`decodelab.engine.noise_ahead`), or None
-    noise: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.grammar_state is None and self.params.grammar is not None:

@@ -204,8 +204,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
            output_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
            method: str = "fast",
            prompt_tokens: torch.Tensor | Sequence[Sequence[int]] | None = None,
-           eos_token_ids: Collection[int] | None = None,
-           noise: Sequence[torch.Tensor | None] | None = None) -> torch.Tensor:
+           eos_token_ids: Collection[int] | None = None) -> torch.Tensor:
     """Draw one token per row, `[B, V]` -> LongTensor `[B]`; `params`, `output_tokens` and `prompt_tokens` as in
     `process_logits`.
 
@@ -228,11 +227,6 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
     under `method="fast"`, still go by rejection); elsewhere they draw `argmax(p / E)`, the noise of a group in one
     call.
 
-    `noise` (one entry per row, or None) is Exponential(1) noise drawn ahead: `noise[i]`, a float tensor `[V]`, is
-    what row i's torch.Generator gave by `exponential_` over V entries after its last draw, and the row uses it
-    instead of drawing (the same numbers, so the same token; an engine draws them while the model runs,
-    `decodelab.engine.noise_ahead`). Only rows of `exponential_rows` may hold it; the others hold None.
-
     Taught in: chapters/03-strategies.ipynb
     """
     batch, x = _penalized(logits, params, output_tokens, prompt_tokens, method, eos_token_ids)
@@ -242,8 +236,6 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
                                                             if isinstance(generators[i], CounterRNG)]
     if counter_rejection:
         routes = fast_paths.densify(routes, counter_rejection)
-    if noise is not None:
-        _check_noise(noise, routes.dense, generators, x)
     if not (batch.argmax_rows or routes.top_k or routes.rejection):
         # a plain batch: every row random and in the one dense group; each row's draw depends on its own logits and
         # on its stream as the call found it (every row reads before any stream moves), so the group is every row
@@ -257,11 +249,11 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
             processor(group, batch)
         if checked_by_draw:
             return _draw_checked_uniform_rows(group, generators)
-        return _draw(group, generators, uniform, noise)
+        return _draw(group, generators, uniform)
     chunk_max = _checked_maxima(x, routes, method)
     groups = _groups(x, batch, routes, chunk_max)
     if len(groups) == 1 and not batch.argmax_rows and not routes.rejection and all_rows(groups[0].rows, len(batch)):
-        return _draw(groups[0], generators, uniform, noise)  # one group of every row in order (all top-k): its draw
+        return _draw(groups[0], generators, uniform)  # one group of every row in order (all top-k): its draw
     tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
     if batch.argmax_rows:
         rows = list(batch.argmax_rows)
@@ -272,7 +264,7 @@ def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParam
         if pending:  # rare: rows the rejection rounds did not settle are drawn from their nucleus found by sorting
             groups.append(apply_processors(RowGroup.dense(pending, take_rows(x, pending)), batch))
     for group in groups:
-        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators, uniform, noise)
+        tokens[torch.tensor(group.rows, device=x.device)] = _draw(group, generators, uniform)
     return tokens
 
 
@@ -314,46 +306,6 @@ def _generators(generators, batch: SamplingBatch,
     return listed, False, uniform
 
 
-def exponential_rows(batch: SamplingBatch, generators: Sequence[torch.Generator | CounterRNG | None],
-                     method: str = "fast") -> tuple[int, ...]:
-    """The rows of `batch` whose `sample` draw takes V Exponential(1) numbers from their own torch.Generator,
-    `generators[i]`: random rows of the dense route (no top-k; under `method="fast"` not top-p alone, which goes by
-    rejection). Their noise does not depend on the logits, so it can be drawn before them (`sample(noise=...)`).
-    A row's route depends on its own params only, so a sequence stays in or out of this set for its life.
-
-    >>> g = make_generator(1)
-    >>> exponential_rows(SamplingBatch([SamplingParams(), SamplingParams(top_k=5), SamplingParams()]), [g, g, None])
-    (0,)
-    """
-    if method not in fast_paths.METHODS:
-        raise ValueError(f"method must be one of {fast_paths.METHODS}, got {method!r}")
-    if isinstance(generators, torch.Generator) or not isinstance(generators, Sequence) or len(generators) != len(batch):
-        raise ValueError(f"generators must be a sequence of {len(batch)} torch.Generator, CounterRNG or None, got "
-                         f"{generators!r:.200}")
-    return tuple(i for i in fast_paths.routes(batch, method, sampling=True).dense
-                 if type(generators[i]) is torch.Generator)
-
-
-def _check_noise(noise: Sequence[torch.Tensor | None], dense: Sequence[int],
-                 generators: list[torch.Generator | CounterRNG | None], x: torch.Tensor) -> None:
-    """`sample`'s `noise`, checked before any stream moves: one entry per row; a tensor only for a dense row with a
-    torch.Generator, float, `[V]`, on the logits' device."""
-    if isinstance(noise, torch.Tensor) or not isinstance(noise, Sequence) or len(noise) != x.shape[0]:
-        raise ValueError(f"noise must be a sequence of {x.shape[0]} tensors or None (one per row), got {noise!r:.200}")
-    held = [i for i, row in enumerate(noise) if row is not None]
-    allowed = set(dense)
-    wrong = [i for i in held if i not in allowed or type(generators[i]) is not torch.Generator]
-    if wrong:
-        raise ValueError(f"noise given for rows {wrong}, which do not draw Exponential noise from a torch.Generator "
-                         f"over the vocabulary (only exponential_rows may hold it)")
-    for i in held:
-        row = noise[i]
-        if (not isinstance(row, torch.Tensor) or row.shape != (x.shape[1],) or not row.is_floating_point()
-                or row.device != x.device):
-            raise ValueError(f"noise[{i}] must be a float tensor of shape ({x.shape[1]},) on {x.device}, got "
-                             f"{row!r:.100}")
-
-
 def _by_uniform(generator: torch.Generator | CounterRNG | None, on_cpu: bool) -> bool:
     """Whether a row holding `generator` draws by one uniform and the inverse CDF: a CounterRNG row always, a row
     without a generator on the CPU (where `exponential_` costs tens of nanoseconds per vocabulary entry). The others
@@ -361,21 +313,19 @@ def _by_uniform(generator: torch.Generator | CounterRNG | None, on_cpu: bool) ->
     return isinstance(generator, CounterRNG) or (generator is None and on_cpu)
 
 
-def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], uniform: bool = False,
-          noise: Sequence[torch.Tensor | None] | None = None) -> torch.Tensor:
+def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None], uniform: bool = False) -> torch.Tensor:
     """Step 5: one token per row of `group`, `[n]`: the inverse CDF of one uniform for rows with a CounterRNG and,
     on the CPU, for rows with no generator (torch's global RNG; `_by_uniform`; `uniform`: every row of the batch
-    does); `argmax(p / E)` with `E ~ Exponential(1)` for rows with a torch.Generator (from `noise` where a row holds
-    it, drawn ahead), and for rows with none off the CPU."""
+    does); `argmax(p / E)` with `E ~ Exponential(1)` for rows with a torch.Generator, and for rows with none off the
+    CPU."""
     probs = torch.softmax(group.logits, dim=-1)  # [n, K]
     rows = [generators[i] for i in group.rows]
-    ahead = None if noise is None else [noise[i] for i in group.rows]
     on_cpu = probs.device.type == "cpu"
     by_uniform = range(len(rows)) if uniform else [j for j, g in enumerate(rows) if _by_uniform(g, on_cpu)]
     if len(by_uniform) == len(rows):  # every row by one uniform: one hash or rand, one cumulative sum, one search
         column = _draw_columns(probs, _rests(rows), normalized=True)
     elif not by_uniform:
-        column = (probs / _exponential_noise(probs, rows, group.widths, ahead)).argmax(dim=-1)
+        column = (probs / _exponential_noise(probs, rows, group.widths)).argmax(dim=-1)
     else:  # a mixed group (a caller's own list of generators): each part by its own route
         kept = set(by_uniform)
         others = [j for j in range(len(rows)) if j not in kept]
@@ -384,9 +334,8 @@ def _draw(group: RowGroup, generators: list[torch.Generator | CounterRNG | None]
         column[torch.tensor(by_uniform, device=probs.device)] = _draw_columns(
             part, _rests([rows[j] for j in by_uniform]), normalized=True)
         part = take_rows(probs, others)
-        e = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others],
-                               None if ahead is None else [ahead[j] for j in others])
-        column[torch.tensor(others, device=probs.device)] = (part / e).argmax(dim=-1)
+        noise = _exponential_noise(part, [rows[j] for j in others], [group.widths[j] for j in others])
+        column[torch.tensor(others, device=probs.device)] = (part / noise).argmax(dim=-1)
     if group.token_ids is None:  # column j is token j
         return column
     return group.token_ids.gather(1, column.unsqueeze(1)).squeeze(1)  # the candidates' vocabulary ids
@@ -426,17 +375,13 @@ def _rests(rows: list[CounterRNG | None]) -> torch.Tensor:
     return out
 
 
-def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int],
-                       ahead: list[torch.Tensor | None] | None = None):
+def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | None], widths: list[int]):
     """Exponential(1) noise shaped like `probs` `[n, K]`; a seeded row draws only its own `widths[j]` columns from its
-    generator, so the draw does not depend on the other rows of the block. A row holding `ahead[j]` (its generator's
-    V numbers, drawn before the logits existed; `sample`'s `noise`) takes those instead: the same numbers, since
-    `exponential_` computes each in float64 and rounds it to the row's dtype."""
-    # every row drawn ahead (an engine's seeded batch): one copy. (Compared by identity: `None in ahead` would ask
-    # each tensor `== None`, a torch call per row.)
-    if ahead is not None and all(row is not None for row in ahead):
-        return torch.stack(ahead).to(probs.dtype).clamp_min_(torch.finfo(probs.dtype).tiny)
-    if (ahead is None and probs.dtype == torch.float32 and probs.device.type == "cpu" and None not in generators
+    generator, so the draw does not depend on the other rows of the block. For seeded float32 rows on the CPU that
+    draw `MIN_ENTRIES` entries or more, each row's uniforms and one batched logarithm
+    (`decodelab.sampling.ops.exponential`): the numbers `exponential_` gives, in about 0.4 to 0.9 of its time where taken
+    (`benchmarks/seeded_noise.py`)."""
+    if (probs.dtype == torch.float32 and probs.device.type == "cpu" and None not in generators
             and sum(widths) >= MIN_ENTRIES and same_as_exponential()):   # (generators compare by identity)
         return exponential_noise(generators, widths, tuple(probs.shape)).clamp_min_(torch.finfo(probs.dtype).tiny)
     noise = torch.empty_like(probs)
@@ -447,9 +392,7 @@ def _exponential_noise(probs: torch.Tensor, generators: list[torch.Generator | N
     for j, g in enumerate(generators):
         if g is None:
             continue
-        if ahead is not None and ahead[j] is not None:  # drawn ahead (a dense row: `_check_noise`)
-            rows[j].copy_(ahead[j])
-        elif widths[j] == width:  # a dense row: no slicing, no tail (each costs a few microseconds per row)
+        if widths[j] == width:  # a dense row: no slicing, no tail (each costs a few microseconds per row)
             rows[j].exponential_(generator=g)
         else:
             rows[j][: widths[j]].exponential_(generator=g)
