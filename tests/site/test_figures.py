@@ -513,7 +513,8 @@ README_SOURCES: dict[str, list[str]] = {
                                        "benchmarks/results/prepare-before-forward-ab.json"],
     "### Why the default streams stay": ["benchmarks/results/draw-rounding.json"],
     "### Seeded noise by uniforms": ["benchmarks/results/seeded-noise.json", "benchmarks/results/seeded-noise-ab.json",
-                                     "benchmarks/results/engine-targets-seeded-noise.json"],
+                                     "benchmarks/results/engine-targets-seeded-noise.json",
+                                     "benchmarks/results/noise-thread-ab.json"],
     "### The decodelab III redesign, A/B": ["benchmarks/results/decodelab3-engine-ab.json",
                                             "benchmarks/results/decodelab3-sampler-ab.json"],
 }
