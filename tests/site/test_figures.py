@@ -470,10 +470,7 @@ def test_pasted_text_is_formatted_as_myst_nb_does(stored, spec, shown):
 README = ROOT / "README.md"
 # "### heading" under "## Performance" (its start) -> the JSON files of the run its tables quote.
 README_SOURCES: dict[str, list[str]] = {
-    "### The engine's cost per step: where": ["benchmarks/results/engine-targets-b78d215.json",
-                                              *(f"benchmarks/results/bookkeeping-recheck-{run}.json" for run in (1, 2, 3)),
-                                              "benchmarks/results/draw-rounding.json",
-                                              *(f"benchmarks/results/engine-targets-drift-{run}.json" for run in "ab1234")],
+    "### The engine's cost per step: where": ["benchmarks/results/engine-targets-b78d215.json"],
     "### Sampling": ["benchmarks/results/sampling-quick.json", "benchmarks/results/gpu/sampling.json"],
     "### Bookkeeping": ["benchmarks/results/bookkeeping-ab-cpu.json", "benchmarks/results/engine-overhead-ab.json",
                         "benchmarks/results/bookkeeping-ab-wall.json", "benchmarks/results/bookkeeping-ab.json",
