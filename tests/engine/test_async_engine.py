@@ -111,12 +111,23 @@ def test_async_engine_equals_engine_generate(tiny, batching):
 
 
 def test_static_batching_waits_for_the_whole_batch(tiny):
-    """Static: the second pair starts only when both of the first pair have finished."""
+    """Static: the second pair starts only when both of the first pair have finished. Each engine step's output is
+    logged on the engine's own thread, so the check reads the order the engine made, not when the event loop got to
+    the streams (reading `engine.stats.steps` from the loop raced with the next step)."""
     model, tokenizer = tiny
     engine = Engine(model, tokenizer, max_num_seqs=2)
+    steps = []            # per engine step: (request ids that got a token, request ids that finished)
+    step = engine.step
+
+    def logged_step():
+        output = step()
+        steps.append(({event.request_id for event in output.events}, {done.request_id for done in output.finished}))
+        return output
+
+    engine.step = logged_step
     runner = AsyncEngine(engine, batching="static")
     lengths = [3, 20, 3, 3]
-    starts, ends = {}, {}
+    ids = {}
 
     async def run():
         await runner.start()
@@ -125,15 +136,18 @@ def test_static_batching_waits_for_the_whole_batch(tiny):
 
         async def watch(i, stream):
             async for item in stream:
-                starts.setdefault(i, engine.stats.steps)
-                if isinstance(item, Completion):
-                    ends[i] = engine.stats.steps
+                ids[i] = item.request_id
 
         await asyncio.gather(*(watch(i, s) for i, s in enumerate(streams)))
         await runner.stop()
 
     asyncio.run(run())
-    assert starts[2] > ends[1] and starts[3] > ends[1], (starts, ends)
+    assert sorted(ids) == [0, 1, 2, 3]
+    first = {i: min(k for k, (got, _) in enumerate(steps) if ids[i] in got) for i in ids}
+    finished = {i: next(k for k, (_, done) in enumerate(steps) if ids[i] in done) for i in ids}
+    assert first[2] > finished[1] and first[3] > finished[1], (first, finished)
+    assert first[2] > finished[0] and first[3] > finished[0], (first, finished)
+    assert first[1] < finished[0]          # the first pair ran together: the batch was static, not one at a time
 
 
 def test_queue_limit_refuses_all_or_nothing(tiny):
